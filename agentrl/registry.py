@@ -65,7 +65,6 @@ SANDBOX_BACKENDS = Registry("sandbox backend")
 EVAL_SUITES = Registry("eval suite")
 
 
-
 def lazy(registry: Registry, name: str, target: str) -> None:
     """Register ``name`` lazily as ``"module:attr"`` (does not import anything)."""
     registry.register(name, target, override=True)

@@ -1,0 +1,410 @@
+"""Run configuration: frozen dataclasses, YAML in, dotted CLI overrides, validated before anything runs.
+
+Each field's docstring (the string literal under it) is its help text: ``agentrl train --help-config``
+prints them. ``load_config("configs/quickstart.yaml", ["algo.advantage=igpo", "train.steps=20"])``
+returns a :class:`RunConfig`; any unknown key, wrong type or bad value raises :class:`ConfigError`
+naming the dotted field and the fix.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentrl.errors import ConfigError
+
+
+# --------------------------------------------------------------------------- sections
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "smollm2-135m"
+    """Built-in name (smollm2-135m), a Hugging Face id, or a local path."""
+    dtype: str = "float32"
+    """Parameter dtype: float32 | bfloat16 | float16."""
+    lora_rank: int = 0
+    """LoRA rank; 0 trains all weights. With LoRA the reference policy is the base (adapters off)."""
+    lora_alpha: int = 16
+    """LoRA alpha."""
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    """Module names that get LoRA adapters."""
+    adapter: str | None = None
+    """Path of a LoRA adapter or agentrl checkpoint to load on top of the model."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward to save memory."""
+
+    def validate(self, prefix: str) -> None:
+        _choice(f"{prefix}.dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        if self.lora_rank < 0:
+            raise ConfigError(
+                f"{prefix}.lora_rank", f"must be >= 0, got {self.lora_rank}", "use 0 for full fine-tuning"
+            )
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    id: str = "agentrl/Search-v0"
+    """Registered env id (see `agentrl envs`)."""
+    split: str = "train"
+    """Task split used for training rollouts."""
+    eval_split: str = "test"
+    """Task split used for held-out evaluation."""
+    max_turns: int = 6
+    """Turn budget per episode (truncated when hit)."""
+    max_obs_chars: int = 4000
+    """Observations longer than this are cut with a note."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for the env constructor."""
+
+    def validate(self, prefix: str) -> None:
+        from agentrl.env import registered_ids
+
+        ids = registered_ids()
+        if self.id not in ids:
+            raise ConfigError(f"{prefix}.id", f"unknown env {self.id!r}", f"use one of: {', '.join(ids)}")
+        if self.max_turns < 1:
+            raise ConfigError(f"{prefix}.max_turns", f"must be >= 1, got {self.max_turns}")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    backend: str = "hf"
+    """Generator backend: hf | vllm | openai."""
+    base_url: str | None = None
+    """Server URL for the openai backend (e.g. http://127.0.0.1:8000/v1)."""
+    group_size: int = 4
+    """Rollouts per task (G) for group-relative advantages."""
+    tasks_per_step: int = 4
+    """Tasks sampled per training step."""
+    concurrency: int = 8
+    """Episodes run at once."""
+    max_new_tokens: int = 128
+    """Token budget of one assistant turn."""
+    max_context_tokens: int = 2048
+    """Token budget of a whole episode context; the episode is truncated past it."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    episode_timeout_s: float = 300.0
+    """Wall-clock budget of one episode."""
+    watchdog_s: float = 120.0
+    """An episode with no progress for this long is named, then cancelled."""
+    folding: str = "none"
+    """Context folding: none | branch (FoldGRPO branch/return) | summary (SUPO/FoldAct)."""
+    summary_threshold: int = 1536
+    """With folding=summary: summarize when the working context passes this many tokens."""
+
+    def validate(self, prefix: str) -> None:
+        _choice(f"{prefix}.backend", self.backend, ("hf", "vllm", "openai"))
+        _choice(f"{prefix}.folding", self.folding, ("none", "branch", "summary"))
+        if self.backend == "openai" and not self.base_url:
+            raise ConfigError(
+                f"{prefix}.base_url",
+                "is required with backend=openai",
+                "set rollout.base_url=http://HOST:PORT/v1",
+            )
+        for name in ("group_size", "tasks_per_step", "concurrency", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.temperature <= 5.0:
+            raise ConfigError(f"{prefix}.temperature", f"must be in [0, 5], got {self.temperature}")
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    advantage: str = "grpo"
+    """Advantage estimator name (agentrl.algos registry): grpo, igpo, empg, gae, foldgrpo, gigpo, ..."""
+    loss: str = "ppo_clip"
+    """Policy loss name (agentrl.algos registry): ppo_clip, foldact, ..."""
+    ratio: str = "token"
+    """Importance ratio level for ppo_clip: token | turn (ST-PPO) | sequence (GSPO)."""
+    agg: str = "token-mean"
+    """Loss aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum | constant."""
+    clip_low: float = 0.2
+    """Lower PPO clip epsilon."""
+    clip_high: float = 0.2
+    """Upper PPO clip epsilon (DAPO clip-higher: 0.28)."""
+    kl_coef: float = 0.0
+    """Coefficient of the KL penalty to the reference policy (0 = no reference pass)."""
+    kl_kind: str = "k3"
+    """KL estimator: k1 | k2 | k3."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    gamma: float = 1.0
+    """Discount over turns (IGPO) or tokens (GAE)."""
+    lam: float = 1.0
+    """GAE lambda."""
+    clip_bias_correction: bool = False
+    """S-PPO clipping-bias correction (reconstruction; see agentrl.algos.losses.clip_bias_norm)."""
+    dynamic_sampling: bool = False
+    """Drop groups whose rewards are all equal (DAPO)."""
+    drop_void_turns: bool = False
+    """Drop trajectories with a void turn (SimpleTIR)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword options passed to the advantage estimator / loss (e.g. {zeta: 0.1})."""
+
+    def validate(self, prefix: str) -> None:
+        _choice(f"{prefix}.ratio", self.ratio, ("token", "turn", "sequence"))
+        _choice(
+            f"{prefix}.agg", self.agg, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "constant")
+        )
+        _choice(f"{prefix}.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
+        if not 0.0 <= self.clip_low < 1.0:
+            raise ConfigError(f"{prefix}.clip_low", f"must be in [0, 1), got {self.clip_low}")
+        if self.clip_high < 0:
+            raise ConfigError(f"{prefix}.clip_high", f"must be >= 0, got {self.clip_high}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 20
+    """RL steps (each: rollouts, advantages, PPO epochs)."""
+    lr: float = 1e-5
+    """Learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up steps."""
+    ppo_epochs: int = 1
+    """Passes over each step's rollouts."""
+    minibatch_size: int = 8
+    """Rows per optimizer step."""
+    micro_batch_size: int = 4
+    """Rows per forward/backward (gradient accumulation up to minibatch_size)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm."""
+    engine: str = "torch"
+    """Learner engine: torch | deepspeed."""
+    zero_stage: int = 2
+    """DeepSpeed ZeRO stage (1, 2 or 3) with engine=deepspeed."""
+    offload: bool = False
+    """DeepSpeed CPU offload of optimizer state."""
+    logprob_impl: str = "auto"
+    """Token log-prob/entropy implementation: auto | chunked | triton | naive."""
+    sft_warmup_steps: int = 0
+    """Supervised warm-up steps on oracle demonstrations before RL."""
+    sft_lr: float = 1e-4
+    """Learning rate of the supervised warm-up."""
+    seed: int = 0
+    """Seed for tasks, sampling and initialisation."""
+    eval_every: int = 0
+    """Evaluate every N steps (0 = only before and after)."""
+    eval_episodes: int = 32
+    """Held-out episodes per evaluation."""
+    save_every: int = 0
+    """Checkpoint every N steps (0 = only at the end)."""
+    out_dir: str = "runs/quickstart"
+    """Where checkpoints, episodes, metrics and plots go."""
+    resume: bool = True
+    """Resume from the latest checkpoint in out_dir if one exists."""
+    wandb: bool = False
+    """Also log to Weights & Biases (when installed)."""
+
+    def validate(self, prefix: str) -> None:
+        _choice(f"{prefix}.engine", self.engine, ("torch", "deepspeed"))
+        _choice(f"{prefix}.logprob_impl", self.logprob_impl, ("auto", "chunked", "triton", "naive"))
+        if self.zero_stage not in (1, 2, 3):
+            raise ConfigError(f"{prefix}.zero_stage", f"must be 1, 2 or 3, got {self.zero_stage}")
+        if self.minibatch_size % self.micro_batch_size:
+            raise ConfigError(
+                f"{prefix}.micro_batch_size",
+                f"{self.micro_batch_size} does not divide minibatch_size={self.minibatch_size}",
+                "pick a divisor of minibatch_size",
+            )
+        if self.lr <= 0:
+            raise ConfigError(f"{prefix}.lr", f"must be > 0, got {self.lr}")
+        if self.steps < 0:
+            raise ConfigError(f"{prefix}.steps", f"must be >= 0, got {self.steps}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A whole run: model, env, rollout, algorithm, training."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy model."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The environment."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout generation."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Advantage estimator and loss."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Optimisation and bookkeeping."""
+
+    def validate(self, prefix: str = "") -> None:
+        for f in dataclasses.fields(self):
+            getattr(self, f.name).validate(f.name)
+
+
+# --------------------------------------------------------------------------- machinery
+def _choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(name, f"{value!r} is not allowed", f"use one of: {', '.join(map(str, choices))}")
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a dataclass (the string literal under each field)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    docs: dict[str, str] = {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    for node, nxt in zip(body, body[1:], strict=False):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if (
+                isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)
+            ):
+                docs[node.target.id] = nxt.value.value.strip()
+    return docs
+
+
+def help_text(cls: type = RunConfig, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted name, default, help) for every field, recursively."""
+    rows = []
+    docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        name = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(hints[f.name]):
+            rows += help_text(hints[f.name], name + ".")
+        else:
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            rows.append((name, repr(default), docs.get(f.name, "")))
+    return rows
+
+
+def _convert(value: Any, annotation: Any, name: str) -> Any:
+    origin = typing.get_origin(annotation)
+    if dataclasses.is_dataclass(annotation):
+        if not isinstance(value, dict):
+            raise ConfigError(name, f"expected a mapping, got {type(value).__name__}")
+        return _build(annotation, value, name + ".")
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, name)
+            except ConfigError:
+                continue
+        raise ConfigError(name, f"{value!r} does not fit {annotation}")
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(name, f"expected a list, got {value!r}")
+        return tuple(value)
+    if origin is dict or annotation is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(name, f"expected a mapping, got {value!r}")
+        return dict(value)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(name, f"expected true/false, got {value!r}")
+    if annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(name, f"expected an integer, got {value!r}")
+    if annotation is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(name, f"expected a number, got {value!r}")
+    if annotation is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(name, f"expected a string, got {value!r}")
+    return value
+
+
+def _build(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        import difflib
+
+        key = unknown[0]
+        close = difflib.get_close_matches(key, names, n=1)
+        fix = f"did you mean '{prefix}{close[0]}'?" if close else f"known fields: {', '.join(sorted(names))}"
+        raise ConfigError(prefix + key, "unknown field", fix)
+    kwargs = {k: _convert(v, hints[k], prefix + k) for k, v in values.items()}
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(dotted, f"'{key}' is not a section")
+    node[keys[-1]] = value
+
+
+def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``["train.lr=1e-5", "rollout.group_size=8"]`` -> nested dict (values parsed as YAML scalars)."""
+    tree: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(item, "override must look like section.field=value", "e.g. train.steps=10")
+        key, _, raw = item.partition("=")
+        _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw.strip() else "")
+    return tree
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = (
+            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    cls: type = RunConfig,
+    validate: bool = True,
+) -> Any:
+    """Load YAML (optional), apply dotted overrides, build and validate the config."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError(
+                "config", f"file {str(path)!r} does not exist", "pass a path such as configs/quickstart.yaml"
+            )
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError("config", f"{path} is not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError("config", f"{path} must hold a mapping at the top level")
+        values = loaded
+    values = _merge(values, parse_overrides(list(overrides)))
+    config = _build(cls, values)
+    if validate:
+        config.validate()
+    return config
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """Plain-dict view (for saving next to checkpoints)."""
+    return dataclasses.asdict(config)

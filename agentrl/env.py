@@ -1,0 +1,403 @@
+"""The environment contract: multi-turn, text-in/text-out, Gymnasium-style.
+
+``reset(*, seed=None, options=None) -> (obs, info)``: the first observation is the task.
+``options`` may hold ``{"task_id": ...}``, ``{"split": "test"}`` or ``{"task": Task | dict}``.
+
+``step(action) -> (obs, reward, terminated, truncated, info)``: ``action`` is the model's raw text
+for one turn. Tool calls run and their results are the next observation; a final answer ends the
+episode (``terminated``); a budget ends it (``truncated``, set by the wrappers that
+:func:`make` applies). ``info`` always carries ``turn`` and ``tool_calls``; the last step also
+carries ``answer``, ``ground_truth`` and ``metrics``.
+
+A new environment is one subclass of :class:`TextEnv` that implements ``load_tasks`` and
+``score`` (and usually ``make_tools`` and ``system_prompt``), plus one :func:`register` call.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from agentrl.actions import ParsedAction, parse_action
+from agentrl.errors import EnvError
+from agentrl.tools.base import Tool, ToolOutcome
+
+MAX_TEXT = 1 << 20
+
+
+class AnyText(spaces.Text):
+    """A Text space that accepts any Unicode string up to ``max_length`` (gymnasium's default
+    charset is 62 alphanumerics, which rejects spaces, newlines and tool output)."""
+
+    def __init__(self, max_length: int = MAX_TEXT, **kwargs: Any):
+        import string
+
+        super().__init__(max_length=max_length, min_length=0, charset=string.printable, **kwargs)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+
+@dataclass
+class Task:
+    """One task: what the model is asked and what counts as solving it.
+
+    ``payload`` holds the family's own data (documented by each env), e.g. a product goal or a
+    database name; ``answer`` is the gold answer in whatever form the env's ``score`` expects.
+    """
+
+    id: str
+    question: str
+    answer: Any = None
+    split: str = "train"
+    level: int | str | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Task:
+        known = {
+            k: record[k] for k in ("id", "question", "answer", "split", "level", "payload") if k in record
+        }
+        return cls(**known)
+
+
+@dataclass
+class Score:
+    """The outcome of scoring a final answer: the reward and the metrics that explain it."""
+
+    reward: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class TextEnv(gym.Env[str, str]):
+    """Base class of every agentrl environment. Subclasses implement the hooks below."""
+
+    metadata = {"render_modes": ["ansi"]}
+    #: System prompt for the chat template.
+    system_prompt: str = "You are a helpful assistant."
+    #: Splits the env knows; ``reset(options={"split": ...})`` picks one.
+    splits: tuple[str, ...] = ("train", "dev", "test")
+    #: Also accept ``FINAL ANSWER: ...`` as a final answer (GAIA style).
+    final_answer_prefix: bool = False
+    #: Accept ReAct-style ``name[argument]`` calls.
+    react_actions: bool = True
+    #: At most this many tool calls run per turn; more are refused with an observation.
+    max_calls_per_turn: int = 4
+
+    def __init__(self, *, split: str = "train", render_mode: str | None = None):
+        if split not in self.splits:
+            raise EnvError(f"{type(self).__name__} has no split {split!r}; choose one of {self.splits}")
+        self.split = split
+        self.render_mode = render_mode
+        self.observation_space = AnyText()
+        self.action_space = AnyText()
+        self.task: Task | None = None
+        self._tools: dict[str, Tool] = {}
+        self._task_cache: dict[str, Sequence[Task]] = {}
+        self._transcript: list[tuple[str, str]] = []
+        self._turn = 0
+        self._done = False
+        self._metrics: dict[str, float] = {}
+
+    # ----------------------------------------------------------------- hooks for subclasses
+    def load_tasks(self, split: str) -> Sequence[Task]:
+        """Return the tasks of ``split`` (called once per split, cached)."""
+        raise NotImplementedError
+
+    def make_tools(self) -> list[Tool]:
+        """Tools for the episode that starts now (may bind per-episode state)."""
+        return []
+
+    def score(self, answer: str | None, task: Task) -> Score:
+        """Score a final answer (``None`` when the episode ended without one)."""
+        raise NotImplementedError
+
+    def render_task(self, task: Task) -> str:
+        """The first observation for ``task``."""
+        return task.question
+
+    def on_close(self) -> None:
+        """Release resources (sandboxes, servers). Must be safe to call twice."""
+
+    # ----------------------------------------------------------------- public helpers
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """JSON schemas of the tools, for the chat template."""
+        if not self._tools:
+            self._tools = {t.name: t for t in self.make_tools()}
+        return [t.schema for t in self._tools.values()]
+
+    def tasks(self, split: str | None = None) -> Sequence[Task]:
+        split = split or self.split
+        if split not in self.splits:
+            raise EnvError(f"unknown split {split!r}; {type(self).__name__} has {self.splits}")
+        if split not in self._task_cache:
+            self._task_cache[split] = self.load_tasks(split)
+        return self._task_cache[split]
+
+    def get_task(self, task_id: str, split: str | None = None) -> Task:
+        for candidate_split in [split] if split else [self.split, *self.splits]:
+            for task in self.tasks(candidate_split):
+                if task.id == task_id:
+                    return task
+        raise EnvError(f"no task with id {task_id!r} in {type(self).__name__} (split {split or 'any'})")
+
+    # ----------------------------------------------------------------- gymnasium API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = dict(options or {})
+        split = options.get("split", self.split)
+        if "task" in options:
+            task = options["task"]
+            task = task if isinstance(task, Task) else Task.from_dict(task)
+        elif "task_id" in options:
+            task = self.get_task(str(options["task_id"]), options.get("split"))
+        else:
+            pool = self.tasks(split)
+            if not pool:
+                raise EnvError(f"{type(self).__name__} split {split!r} has no tasks")
+            task = pool[int(self.np_random.integers(len(pool)))]
+        self.task = task
+        self._tools = {t.name: t for t in self.make_tools()}
+        self._turn = 0
+        self._done = False
+        self._metrics = {"tool_calls": 0.0, "tool_errors": 0.0, "format_errors": 0.0, "void_turns": 0.0}
+        obs = self.render_task(task)
+        self._transcript = [("task", obs)]
+        return obs, {
+            "turn": 0,
+            "tool_calls": [],
+            "task_id": task.id,
+            "split": task.split,
+            "level": task.level,
+        }
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.task is None:
+            raise EnvError("call reset() before step()")
+        if self._done:
+            raise EnvError("the episode is over; call reset() to start a new one")
+        self._turn += 1
+        parsed = parse_action(
+            action,
+            {name: t.param_names for name, t in self._tools.items()},
+            react=self.react_actions,
+            final_answer_prefix=self.final_answer_prefix,
+        )
+        self._transcript.append(("action", action))
+        info: dict[str, Any] = {"turn": self._turn, "tool_calls": [], "void_turn": parsed.is_void}
+        if parsed.problems:
+            info["action_problems"] = [p.kind for p in parsed.problems]
+            self._metrics["format_errors"] += len(parsed.problems)
+        if parsed.is_void:
+            self._metrics["void_turns"] += 1
+
+        if parsed.is_final:
+            return self._finish(parsed.answer, info, obs="")
+
+        outcomes = self._run_calls(parsed)
+        info["tool_calls"] = [
+            {
+                "name": o.name,
+                "arguments": o.arguments,
+                "ok": o.ok,
+                "error_kind": o.error_kind,
+                "seconds": o.seconds,
+                "usage": o.usage,
+            }
+            for o in outcomes
+        ]
+        obs = self._format_observation(parsed, outcomes)
+        self._transcript.append(("observation", obs))
+        done = next((o for o in outcomes if o.done), None)
+        if done is not None:
+            return self._finish(done.answer, info, obs=obs)
+        return obs, self.step_reward(parsed, outcomes), False, False, info
+
+    def step_reward(self, parsed: ParsedAction, outcomes: list[ToolOutcome]) -> float:
+        """Reward of a non-final turn (0 by default: the outcome reward comes at the end)."""
+        return 0.0
+
+    def final_info(self, answer: str | None, *, truncated: bool = False) -> tuple[float, dict[str, Any]]:
+        """Score the episode and build the last step's info fields."""
+        assert self.task is not None
+        score = self.score(answer, self.task)
+        metrics = {
+            **self._metrics,
+            **score.metrics,
+            "reward": float(score.reward),
+            "turns": float(self._turn),
+            "truncated": float(truncated),
+            "answered": float(answer is not None),
+        }
+        self._done = True
+        return float(score.reward), {"answer": answer, "ground_truth": self.task.answer, "metrics": metrics}
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        return "\n".join(f"[{kind}] {text}" for kind, text in self._transcript)
+
+    def close(self) -> None:
+        self.on_close()
+        super().close()
+
+    # ----------------------------------------------------------------- internals
+    def _finish(
+        self, answer: str | None, info: dict[str, Any], obs: str
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        reward, final = self.final_info(answer)
+        info.update(final)
+        return obs, reward, True, False, info
+
+    def _run_calls(self, parsed: ParsedAction) -> list[ToolOutcome]:
+        outcomes = []
+        for call in parsed.tool_calls[: self.max_calls_per_turn]:
+            outcome = (
+                self._tools[call.name].call(call.arguments)
+                if call.name in self._tools
+                else ToolOutcome(
+                    call.name,
+                    f"Error: unknown tool {call.name!r}. Available: {', '.join(self._tools)}",
+                    ok=False,
+                    error_kind="unknown_tool",
+                )
+            )
+            self._metrics["tool_calls"] += 1
+            if not outcome.ok:
+                self._metrics["tool_errors"] += 1
+            outcomes.append(outcome)
+            if outcome.done:
+                break
+        return outcomes
+
+    def _format_observation(self, parsed: ParsedAction, outcomes: list[ToolOutcome]) -> str:
+        parts = [p.message for p in parsed.problems]
+        if len(parsed.tool_calls) > self.max_calls_per_turn:
+            parts.append(
+                f"Only the first {self.max_calls_per_turn} tool calls of a turn run; the rest were ignored."
+            )
+        if len(outcomes) == 1 and not parts:
+            return outcomes[0].text
+        parts += [f"[{o.name}] {o.text}" for o in outcomes]
+        return "\n\n".join(parts)
+
+
+# --------------------------------------------------------------------------- wrappers
+class TurnBudget(gym.Wrapper):
+    """Ends the episode with ``truncated=True`` after ``max_turns`` steps, scoring it as unanswered."""
+
+    def __init__(self, env: gym.Env, max_turns: int):
+        super().__init__(env)
+        if max_turns < 1:
+            raise EnvError(f"max_turns must be >= 1, got {max_turns}")
+        self.max_turns = max_turns
+        self._turns = 0
+
+    def reset(self, **kwargs: Any):
+        self._turns = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action: str):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._turns += 1
+        if not terminated and not truncated and self._turns >= self.max_turns:
+            reward, final = self.env.unwrapped.final_info(None, truncated=True)
+            info = {**info, **final}
+            truncated = True
+        return obs, reward, terminated, truncated, info
+
+
+class ObservationBudget(gym.Wrapper):
+    """Cuts observations longer than ``max_chars`` (keeping head and tail) and says so."""
+
+    def __init__(self, env: gym.Env, max_chars: int):
+        super().__init__(env)
+        self.max_chars = max_chars
+
+    def _cut(self, obs: str) -> tuple[str, bool]:
+        if len(obs) <= self.max_chars:
+            return obs, False
+        head = self.max_chars * 3 // 4
+        tail = self.max_chars - head
+        note = f"\n[... {len(obs) - self.max_chars} characters cut: observation over {self.max_chars} ...]\n"
+        return obs[:head] + note + (obs[-tail:] if tail else ""), True
+
+    def reset(self, **kwargs: Any):
+        obs, info = self.env.reset(**kwargs)
+        return obs, info  # the task itself is never cut
+
+    def step(self, action: str):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        obs, cut = self._cut(obs)
+        if cut:
+            info = {**info, "observation_cut": True}
+        return obs, reward, terminated, truncated, info
+
+
+# --------------------------------------------------------------------------- registry
+ENV_DESCRIPTIONS: dict[str, str] = {}
+
+
+def _load(entry_point: str) -> type:
+    module, _, attr = entry_point.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def build_env(*, entry_point: str, max_turns: int = 10, max_obs_chars: int = 8192, **kwargs: Any) -> gym.Env:
+    """Construct an env and apply the one wrapper stack (budgets); gymnasium adds order checks."""
+    env = _load(entry_point)(**kwargs)
+    env = ObservationBudget(env, max_obs_chars)
+    return TurnBudget(env, max_turns)
+
+
+def register(
+    id: str,
+    entry_point: str,
+    *,
+    description: str,
+    max_turns: int = 10,
+    max_obs_chars: int = 8192,
+    kwargs: dict[str, Any] | None = None,
+) -> None:
+    """Register an env id (``agentrl/Name-v0``) with a lazy ``"module:Class"`` entry point.
+
+    ``gymnasium.make(id)`` and :func:`make` both apply the budgets; ``kwargs`` become the
+    constructor's defaults and may be overridden at ``make`` time (as may ``max_turns`` and
+    ``max_obs_chars``).
+    """
+    gym.register(
+        id=id,
+        entry_point=build_env,
+        kwargs={
+            "entry_point": entry_point,
+            "max_turns": max_turns,
+            "max_obs_chars": max_obs_chars,
+            **(kwargs or {}),
+        },
+        disable_env_checker=True,
+    )
+    ENV_DESCRIPTIONS[id] = description
+
+
+def make(id: str, **kwargs: Any) -> gym.Env:
+    """``gymnasium.make`` for agentrl ids (imports the env families first)."""
+    import agentrl.envs  # noqa: F401  (registers the ids)
+
+    if id not in ENV_DESCRIPTIONS:
+        known = ", ".join(sorted(ENV_DESCRIPTIONS))
+        raise EnvError(f"unknown env id {id!r}; registered: {known}")
+    return gym.make(id, **kwargs)
+
+
+def registered_ids() -> list[str]:
+    import agentrl.envs  # noqa: F401
+
+    return sorted(ENV_DESCRIPTIONS)
