@@ -242,8 +242,9 @@ class RunConfig:
     """Optimisation and bookkeeping."""
 
     def validate(self, prefix: str = "") -> None:
-        for f in dataclasses.fields(self):
-            getattr(self, f.name).validate(f.name)
+        # env last: it is the only check that imports the env registry
+        for name in ("model", "rollout", "algo", "train", "env"):
+            getattr(self, name).validate(name)
 
 
 # --------------------------------------------------------------------------- machinery
@@ -356,6 +357,18 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
+def _scalar(raw: str) -> Any:
+    if not raw.strip():
+        return ""
+    value = yaml.safe_load(raw)
+    if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
 def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """``["train.lr=1e-5", "rollout.group_size=8"]`` -> nested dict (values parsed as YAML scalars)."""
     tree: dict[str, Any] = {}
@@ -363,7 +376,7 @@ def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(item, "override must look like section.field=value", "e.g. train.steps=10")
         key, _, raw = item.partition("=")
-        _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw.strip() else "")
+        _set_dotted(tree, key.strip(), _scalar(raw))
     return tree
 
 

@@ -1,0 +1,54 @@
+"""Config: YAML + dotted overrides, validation that names the field and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl.config import RunConfig, help_text, load_config, parse_overrides
+from agentrl.errors import ConfigError
+
+
+def test_defaults_and_overrides(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("train:\n  lr: 3.0e-5\n  steps: 7\nalgo:\n  advantage: igpo\n")
+    config = load_config(path, ["train.steps=9", "rollout.group_size=8", "model.lora_targets=[q_proj]"], validate=False)
+    assert isinstance(config, RunConfig)
+    assert (config.train.lr, config.train.steps, config.rollout.group_size) == (3e-5, 9, 8)
+    assert config.algo.advantage == "igpo" and config.model.lora_targets == ("q_proj",)
+
+
+def test_overrides_parse_yaml_scalars():
+    assert parse_overrides(["a.b=1", "a.c=true", "d=x y", "e.f=1e-3"]) == {"a": {"b": 1, "c": True}, "d": "x y", "e": {"f": 1e-3}}
+
+
+@pytest.mark.parametrize(
+    "override, field, fix",
+    [
+        ("train.lrr=1", "train.lrr", "did you mean 'train.lr'?"),
+        ("train.lr=abc", "train.lr", None),
+        ("rollout.backend=foo", "rollout.backend", "use one of: hf, vllm, openai"),
+        ("train.micro_batch_size=3", "train.micro_batch_size", "pick a divisor of minibatch_size"),
+        ("algo.ratio=chunk", "algo.ratio", "use one of: token, turn, sequence"),
+        ("rollout.backend=openai", "rollout.base_url", "set rollout.base_url=http://HOST:PORT/v1"),
+        ("env.id=agentrl/Nope-v0", "env.id", None),
+    ],
+)
+def test_bad_values_name_the_field_and_the_fix(override, field, fix):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [override])
+    assert info.value.field == field
+    if fix:
+        assert fix in str(info.value)
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    (tmp_path / "bad.yaml").write_text("train: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "bad.yaml")
+
+
+def test_every_field_has_help_text():
+    rows = help_text()
+    assert rows and all(text for _, _, text in rows), [name for name, _, text in rows if not text]

@@ -1,0 +1,134 @@
+"""The Env contract, over a scripted toy env and over EVERY registered id.
+
+For every registered id: ``check_env``, same seed + same scripted actions => same episode,
+``close()`` twice, and the info fields DESIGN.md promises.
+"""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import agentrl
+from agentrl import TextEnv
+from agentrl.errors import EnvError
+
+import toy_envs  # noqa: F401  (registers test/Counter-v0)
+
+
+def _play(env, seed, actions):
+    trace = [env.reset(seed=seed)]
+    for action in actions:
+        obs, reward, terminated, truncated, info = env.step(action)
+        info = {k: v for k, v in info.items() if k != "tool_calls"}
+        trace.append((obs, reward, terminated, truncated, json.dumps(info, sort_keys=True, default=str)))
+        if terminated or truncated:
+            break
+    return trace
+
+
+def test_scripted_episode_rewards_and_info():
+    env = agentrl.make("test/Counter-v0")
+    obs, info = env.reset(seed=0, options={"task_id": "train-3"})
+    assert obs == "Reach 30." and info["turn"] == 0 and info["task_id"] == "train-3"
+    expected = [
+        ('<tool_call>{"name": "add", "arguments": {"n": 20}}</tool_call>', "counter = 20", 0.0, False),
+        ("add[10]", "counter = 30", 0.0, False),
+        ("<answer>30</answer>", "", 1.0, True),
+    ]
+    for turn, (action, want_obs, want_reward, want_done) in enumerate(expected, start=1):
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert (obs, reward, terminated, truncated, info["turn"]) == (want_obs, want_reward, want_done, False, turn)
+    assert info["answer"] == "30" and info["ground_truth"] == "30"
+    assert info["metrics"]["em"] == 1.0 and info["metrics"]["tool_calls"] == 2.0 and info["metrics"]["turns"] == 3.0
+    with pytest.raises(EnvError):
+        env.step("<answer>30</answer>")
+
+
+def test_turn_budget_truncates_and_scores_unanswered():
+    env = agentrl.make("test/Counter-v0", max_turns=2)
+    env.reset(seed=0)
+    assert env.step("add[1]")[3] is False
+    obs, reward, terminated, truncated, info = env.step("add[1]")
+    assert (terminated, truncated, reward) == (False, True, 0.0)
+    assert info["answer"] is None and info["metrics"]["truncated"] == 1.0
+
+
+def test_observation_budget_cuts_with_a_note():
+    env = agentrl.make("test/Counter-v0", max_obs_chars=40)
+    env.reset(seed=0)
+    calls = "".join(f'<tool_call>{{"name": "add", "arguments": {{"n": {i}}}}}</tool_call>' for i in range(4))
+    obs, *_, info = env.step(calls)
+    assert "characters cut" in obs and info["observation_cut"] is True
+
+
+def test_malformed_actions_are_observations_and_counted():
+    env = agentrl.make("test/Counter-v0")
+    env.reset(seed=0)
+    obs, *_ = env.step('<tool_call>{"name": "add", "arguments": {"n": "ten"}}</tool_call>')
+    assert "argument 'n' must be integer" in obs
+    obs, *_ = env.step('<tool_call>{"name": "mul"}</tool_call>')
+    assert "Unknown tool 'mul'" in obs
+    *_, info = env.step("<answer>0</answer>")
+    assert info["metrics"]["tool_errors"] == 1.0 and info["metrics"]["format_errors"] == 1.0
+
+
+def test_options_split_task_and_errors():
+    env = agentrl.make("test/Counter-v0")
+    assert env.reset(seed=1, options={"split": "test"})[1]["split"] == "test"
+    assert env.reset(options={"task": {"id": "x", "question": "Reach 7.", "answer": "7"}})[0] == "Reach 7."
+    with pytest.raises(EnvError, match="no task with id"):
+        env.reset(options={"task_id": "nope"})
+    with pytest.raises(EnvError, match="unknown env id"):
+        agentrl.make("agentrl/DoesNotExist-v0")
+
+
+def test_gymnasium_make_works_too():
+    env = gym.make("test/Counter-v0")
+    assert env.unwrapped.tools[0]["function"]["name"] == "add"
+    env.close()
+
+
+ALL_IDS = agentrl.registered_ids()
+
+
+@pytest.mark.parametrize("env_id", ALL_IDS)
+def test_registered_env_contract(env_id):
+    env = agentrl.make(env_id)
+    try:
+        check_env(env.unwrapped, skip_render_check=True)
+        unwrapped = env.unwrapped
+        assert isinstance(unwrapped, TextEnv) and isinstance(unwrapped.system_prompt, str)
+        assert agentrl.env.ENV_DESCRIPTIONS[env_id]
+        obs, info = env.reset(seed=3)
+        assert isinstance(obs, str) and obs and {"turn", "tool_calls"} <= set(info)
+        for schema in unwrapped.tools:
+            assert schema["type"] == "function" and schema["function"]["name"] and schema["function"]["description"]
+    finally:
+        env.close()
+        env.close()
+
+
+def _scripted_actions(env) -> list[str]:
+    actions = ["hello", "<tool_call>{broken json</tool_call>"]
+    for schema in env.unwrapped.tools[:2]:
+        params = schema["function"]["parameters"]
+        args = {name: ("1" if prop.get("type") == "string" else 1) for name, prop in params["properties"].items()
+                if name in params.get("required", [])}
+        actions.append(json.dumps({"name": schema["function"]["name"], "arguments": args}).join(
+            ["<tool_call>", "</tool_call>"]))
+    return actions + ["<answer>42</answer>"]
+
+
+@pytest.mark.parametrize("env_id", ALL_IDS)
+def test_same_seed_same_episode(env_id):
+    runs = []
+    for _ in range(2):
+        env = agentrl.make(env_id)
+        env.reset(seed=11)
+        runs.append(_play(env, 11, _scripted_actions(env)))
+        env.close()
+    assert runs[0] == runs[1]

@@ -1,0 +1,81 @@
+"""Episode schema round-trips and batch building with hand-checked masks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from agentrl.trajectory import (
+    SCHEMA_VERSION,
+    Episode,
+    Segment,
+    Source,
+    Turn,
+    build_batch,
+    load,
+    save,
+    turn_table,
+)
+
+
+def _episode(error: str | None = None) -> Episode:
+    t0 = Turn(index=0, output_ids=[5, 6], output_logprobs=[-0.1, -0.2], obs_ids=[7, 8, 9],
+              obs_source=[Source.TEMPLATE, Source.TOOL, Source.TEMPLATE], action_text="a",
+              observation="ö ✓", reward_parts={"info_gain": 0.25}, tool_calls=[{"name": "search", "arguments": {"q": 1}}],
+              timings={"generate_s": 0.5}, sandbox_usage={"wall_s": 0.1})
+    t1 = Turn(index=1, output_ids=[10], output_logprobs=[-0.3], kind="summary", output_entropy=[1.5])
+    branch = Turn(index=2, output_ids=[11, 12], output_logprobs=[-1.0, -2.0], reward_parts={"process": -1.0})
+    return Episode(
+        episode_id="e1", env_id="agentrl/Search-v0", task_id="t1", group_id="g",
+        segments=[Segment([1, 2, 3], [t0, t1]), Segment([1, 2], [branch], fold_id=1, kind="branch")],
+        outcome=1.0, terminated=True, answer="Paris", ground_truth=["Paris", "paris"], metrics={"em": 1.0},
+        error=error,
+    )
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_round_trip(tmp_path, suffix):
+    episodes = [_episode(), _episode(error="EnvError: boom")]
+    save(episodes, tmp_path / f"eps{suffix}")
+    assert load(tmp_path / f"eps{suffix}") == episodes
+
+
+def test_old_schema_version_is_refused_with_a_fix(tmp_path):
+    record = _episode().to_dict()
+    record["schema_version"] = SCHEMA_VERSION + 1
+    (tmp_path / "x.jsonl").write_text(json.dumps(record) + "\n")
+    with pytest.raises(ValueError, match="schema_version"):
+        load(tmp_path / "x.jsonl")
+
+
+def test_turn_validates_lengths():
+    with pytest.raises(ValueError, match="logprobs"):
+        Turn(index=0, output_ids=[1, 2], output_logprobs=[0.0])
+
+
+def test_build_batch_hand_checked():
+    batch = build_batch([_episode()], pad_id=0)
+    # row 0 = prompt [1,2,3] + out [5,6] + obs [7,8,9] + summary out [10]; row 1 = [1,2] + out [11,12], padded
+    assert batch.input_ids.tolist() == [[1, 2, 3, 5, 6, 7, 8, 9, 10], [1, 2, 11, 12, 0, 0, 0, 0, 0]]
+    assert batch.attention_mask.tolist() == [[1] * 9, [1, 1, 1, 1, 0, 0, 0, 0, 0]]
+    assert batch.loss_mask.tolist() == [[0, 0, 0, 1, 1, 0, 0, 0, 1], [0, 0, 1, 1, 0, 0, 0, 0, 0]]
+    assert batch.turn_id.tolist() == [[-1, -1, -1, 0, 0, -1, -1, -1, 1], [-1, -1, 2, 2, -1, -1, -1, -1, -1]]
+    assert batch.source.tolist() == [[0, 0, 0, 1, 1, 4, 2, 4, 3], [0, 0, 1, 1, -1, -1, -1, -1, -1]]
+    assert torch.allclose(batch.old_logprobs[0], torch.tensor([0, 0, 0, -0.1, -0.2, 0, 0, 0, -0.3]))
+    assert batch.process_reward[1].tolist() == [0, 0, -1, -1, 0, 0, 0, 0, 0]
+    assert batch.fold_id.tolist() == [0, 1] and batch.row_episode.tolist() == [0, 0]
+    assert batch.entropy is None  # turn 0 had no sampler entropy
+
+
+def test_failed_episodes_give_no_rows_and_max_len_is_enforced():
+    batch = build_batch([_episode(error="boom"), _episode()])
+    assert batch.row_episode.tolist() == [1, 1]
+    with pytest.raises(ValueError, match="max_len"):
+        build_batch([_episode()], max_len=4)
+
+
+def test_turn_table_orders_and_dedups():
+    table, k = turn_table([_episode()])
+    assert k == 3 and [t.index for t in table[0]] == [0, 1, 2]
