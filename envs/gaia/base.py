@@ -1,0 +1,56 @@
+"""What every GAIA-shaped env shares: the prompt, ``FINAL ANSWER:`` parsing, the official scorer,
+and the file tools over the task's attachment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentrl.tools.base import Tool
+from agentrl.tools.files import make_file_tools
+
+from agentrl.env import Score, Task, TextEnv
+from agentrl.eval.gaia_scorer import question_scorer
+
+# GAIA's answer-format instructions, in our words, plus how tools are called here.
+GAIA_SYSTEM_PROMPT = """You are a general AI assistant that answers questions using tools.
+Think step by step, call tools when you need facts or computation, and finish with one line:
+FINAL ANSWER: [YOUR FINAL ANSWER]
+The final answer is a number, or as few words as possible, or a comma separated list of numbers and/or strings.
+Numbers: no thousands separators, no units such as $ or % unless the question asks for them.
+Strings: no articles, no abbreviations (e.g. for cities); write digits in plain text unless asked otherwise.
+Lists: apply the rules above to each element, in the order the question asks for.
+Call a tool with <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>; one or more per turn."""
+
+
+class GaiaBaseEnv(TextEnv):
+    """GAIA task shape: question, level 1-3, optional attachment, ``FINAL ANSWER:`` scored by GAIA's rules.
+
+    Task payload keys used here: ``file_name`` (name shown to the model, may be empty) and
+    ``file_path`` (where the attachment is on disk). Subclasses add tools and task sources.
+    """
+
+    system_prompt = GAIA_SYSTEM_PROMPT
+    final_answer_prefix = True
+
+    def attachment_path(self, task: Task) -> Path | None:
+        """Where the task's attached file is (``None`` without one); subclasses may create it here."""
+        path = task.payload.get("file_path")
+        return Path(path) if path else None
+
+    def make_tools(self) -> list[Tool]:
+        if self.task is None:
+            return make_file_tools({})
+        path = self.attachment_path(self.task)
+        name = self.task.payload.get("file_name") or ""
+        return make_file_tools({name: path} if path is not None and name else {})
+
+    def render_task(self, task: Task) -> str:
+        name = task.payload.get("file_name") or ""
+        if not name:
+            return task.question
+        return f"{task.question}\n\nAttached file: {name} (read it with the read_file tool)."
+
+    def score(self, answer: str | None, task: Task) -> Score:
+        gold = str(task.answer)
+        correct = float(question_scorer(answer, gold))
+        return Score(reward=correct, metrics={"correct": correct})
