@@ -1,0 +1,55 @@
+"""``python -m agentrl.sandboxes build|run FILE|clean``: the sandbox commands before/without the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agentrl.sandboxes", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="build the Docker sandbox image (cached by recipe hash)")
+    build.add_argument("--force", action="store_true", help="rebuild even if the image exists")
+    run = commands.add_parser("run", help="run FILE in a fresh sandbox and print the result")
+    run.add_argument("file")
+    run.add_argument("--backend", default="auto", choices=["auto", "docker", "bwrap"])
+    run.add_argument("--timeout", type=float, default=10.0)
+    run.add_argument("--json", action="store_true", help="print the ExecResult as JSON")
+    commands.add_parser("clean", help="remove every agentrl sandbox container on the engine")
+    args = parser.parse_args(argv)
+
+    from agentrl.errors import SandboxError
+
+    try:
+        if args.command == "build":
+            from agentrl.sandboxes import build_image
+
+            print(build_image(force=args.force))
+            return 0
+        if args.command == "clean":
+            from agentrl.sandboxes.docker_backend import remove_all_sandboxes
+
+            print(f"removed {remove_all_sandboxes()} sandbox container(s)")
+            return 0
+        from agentrl.sandboxes import run_file
+
+        result = run_file(args.file, backend=args.backend, timeout=args.timeout)
+    except (SandboxError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        sys.stdout.write(result.stdout)
+        sys.stderr.write(result.stderr)
+        if result.timed_out:
+            print(f"[timed out after {args.timeout} s]", file=sys.stderr)
+        if result.oom_killed:
+            print("[killed: out of memory]", file=sys.stderr)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,602 @@
+"""The in-sandbox agent: PID 1 of every sandbox, serving JSON-lines requests on stdin/stdout.
+
+This file runs *inside* the sandbox (``python3 -c <this source> <config json>``) with the standard
+library only, under the sandbox's non-root user. One agent per sandbox keeps a process alive, so an
+exec costs one fork+exec instead of a Docker exec round trip. It:
+
+* runs each exec in its own session with capped, drained output and a hard deadline, then kills
+  every process the exec left behind (daemonized ones too): all processes except itself and the
+  live interpreter sessions' process trees;
+* keeps stateful Python interpreters (``SESSION_SOURCE``) on private pipes, restarting one that
+  crashed or overran its deadline and saying so;
+* puts/gets files under the writable roots only, refusing ``..`` escapes and symlinks;
+* ignores signals (it is PID 1) and is not dumpable, so sandboxed code cannot ptrace it.
+
+Requests: ``{"id", "op": exec|py|put|get|reset|ping, ...}``; every reply carries the same id.
+"""
+
+import base64
+import json
+import os
+import resource
+import selectors
+import signal
+import subprocess
+import sys
+import time
+
+CONFIG = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+WORK = CONFIG.get("work", "/work")
+ROOTS = CONFIG.get("writable", [WORK, "/tmp"])
+CLEAN_DIRS = CONFIG.get("clean", ROOTS + ["/dev/shm"])
+OUTPUT_LIMIT = int(CONFIG.get("output_limit", 65536))
+MEMORY_BYTES = CONFIG.get("memory_bytes")  # for the RSS watchdog (no cgroup, i.e. bubblewrap)
+WATCHDOG = bool(CONFIG.get("watchdog", False))
+RLIMITS = CONFIG.get("rlimits", {})  # name -> value, applied in every child
+ENV = CONFIG.get("env", {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "LANG": "C.UTF-8"})
+GET_LIMIT = int(CONFIG.get("get_limit", 64 << 20))
+PROTECTED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGPIPE", "SIGTSTP")
+
+SESSION_SOURCE = r"""
+import ast, json, os, resource, sys, traceback
+req_fd, resp_fd = int(sys.argv[1]), int(sys.argv[2])
+requests = os.fdopen(req_fd, "rb")
+namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+def run(code):
+    tree = ast.parse(code, "<cell>", "exec")
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    exec(compile(tree, "<cell>", "exec"), namespace)
+    if last is not None:
+        value = eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace)
+        if value is not None:
+            print(repr(value))
+for line in requests:
+    request = json.loads(line)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    ok = True
+    try:
+        run(request["code"])
+    except BaseException as exc:  # the cell's error is the cell's result, the session lives on
+        ok = isinstance(exc, SystemExit) and exc.code in (None, 0)
+        if not ok:
+            frames = traceback.extract_tb(exc.__traceback__)
+            frames = [f for f in frames if f.filename == "<cell>"]
+            sys.stderr.write("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)))
+            sys.stderr.write("".join(traceback.format_exception_only(type(exc), exc)))
+    sys.stdout.flush(); sys.stderr.flush()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    reply = {"ok": ok, "cpu_s": cpu, "peak_mem_bytes": after.ru_maxrss * 1024}
+    os.write(resp_fd, (json.dumps(reply) + "\n").encode())
+"""
+
+
+def child_setup():
+    """Runs in each child between fork and exec: default signals, rlimits, OOM-killer bait."""
+    for name in PROTECTED_SIGNALS + ("SIGCHLD",):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for name, value in RLIMITS.items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+    try:  # the kernel's OOM killer must pick sandboxed code, never the agent
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("1000")
+    except OSError:
+        pass
+
+
+def process_table():
+    """pid -> (ppid, state) for every process in this pid namespace."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        table[int(name)] = (int(fields[1]), fields[0].decode())
+    return table
+
+
+class Agent:
+    def __init__(self):
+        self.sessions = {}  # sid -> Popen of a live interpreter
+        self.oom_flag = False
+        self.reaped = {}  # pid -> (status, rusage) of children reaped while waiting for others
+        self.selector = selectors.DefaultSelector()
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select() through the wakeup fd
+
+    # ---------------------------------------------------------------- processes
+    def reap(self):
+        """Reap every exited child; remember statuses that someone may still ask for."""
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.reaped[pid] = (status, usage)
+            if len(self.reaped) > 4096:  # orphans nobody asks about
+                self.reaped.pop(next(iter(self.reaped)))
+
+    def protected(self, table):
+        keep = {os.getpid(), 1}
+        frontier = [proc.pid for proc in self.sessions.values() if proc.pid in table]
+        children = {}
+        for pid, (ppid, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        while frontier:
+            pid = frontier.pop()
+            keep.add(pid)
+            frontier.extend(children.get(pid, ()))
+        return keep
+
+    def sweep(self):
+        """Kill every process except the agent and live sessions' trees, until none is left."""
+        for _ in range(200):
+            self.reap()
+            table = process_table()
+            keep = self.protected(table)
+            victims = [pid for pid, (_, state) in table.items() if pid not in keep and state != "Z"]
+            if not victims:
+                return
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.001)
+
+    def sandbox_rss(self):
+        """Memory of every process but the agent, shared pages counted once (PSS), like a cgroup."""
+        total = 0
+        for pid in process_table():
+            if pid in (1, os.getpid()):
+                continue
+            try:
+                with open(f"/proc/{pid}/smaps_rollup", "rb") as handle:
+                    for line in handle:
+                        if line.startswith(b"Pss:"):
+                            total += int(line.split()[1]) * 1024
+                            break
+            except (OSError, ValueError, IndexError):
+                pass
+        return total
+
+    # ---------------------------------------------------------------- output
+    def pump(self, streams, deadline, done):
+        """Read ``streams`` (fd -> Capture) until ``done()`` or the deadline; True on deadline."""
+        for fd in streams:
+            self.selector.register(fd, selectors.EVENT_READ)
+        self.selector.register(self.wake_r, selectors.EVENT_READ)
+        next_watch = time.monotonic()
+        try:
+            while True:
+                if done():
+                    return False
+                now = time.monotonic()
+                if now >= deadline:
+                    return True
+                if WATCHDOG and MEMORY_BYTES and now >= next_watch:
+                    next_watch = now + 0.02
+                    if self.sandbox_rss() > MEMORY_BYTES:
+                        self.oom_flag = True
+                        for sid in list(self.sessions):
+                            os.killpg(self.sessions[sid].pid, signal.SIGKILL)
+                        self.sweep()
+                wait = min(deadline - now, 0.02 if WATCHDOG else 0.05)
+                for key, _ in self.selector.select(max(wait, 0)):
+                    if key.fd == self.wake_r:
+                        try:
+                            while os.read(self.wake_r, 512):
+                                pass
+                        except BlockingIOError:
+                            pass
+                        self.reap()
+                        continue
+                    chunk = os.read(key.fd, 1 << 20)
+                    if chunk:
+                        streams[key.fd].add(chunk)
+                    else:
+                        self.selector.unregister(key.fd)
+                        streams[key.fd].eof = True
+        finally:
+            for fd in list(streams) + [self.wake_r]:
+                try:
+                    self.selector.unregister(fd)
+                except (KeyError, ValueError):
+                    pass
+
+    # ---------------------------------------------------------------- ops
+    def op_exec(self, request):
+        timeout = float(request.get("timeout", 10.0))
+        env = dict(ENV, **request.get("env", {}))
+        stdin_data = base64.b64decode(request["stdin"]) if request.get("stdin") is not None else None
+        oom_before = oom_kill_count()
+        self.oom_flag = False
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                request["argv"],
+                stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=request.get("cwd") or WORK,
+                env=env,
+                start_new_session=True,
+                preexec_fn=child_setup,
+            )
+        except OSError as exc:
+            return {
+                "ok": True,
+                "stdout": "",
+                "stderr": "cannot run {!r}: {}\n".format(request["argv"][0], exc),
+                "exit_code": 127,
+                "timed_out": False,
+                "oom_killed": False,
+                "truncated": False,
+                "wall_s": 0.0,
+                "cpu_s": 0.0,
+                "peak_mem_bytes": 0,
+            }
+        if stdin_data is not None:
+            try:
+                proc.stdin.write(stdin_data)
+            except BrokenPipeError:
+                pass
+            proc.stdin.close()
+        out, err = Capture(), Capture()
+        streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+        for fd in streams:
+            enlarge_pipe(fd)
+
+        exit_grace = [None]
+
+        def done():
+            # Finished once the main process is gone and its pipes closed; output that leftover
+            # background processes hold open is waited for only briefly (they are killed next).
+            if proc.pid not in self.reaped:
+                return False
+            if out.eof and err.eof:
+                return True
+            if exit_grace[0] is None:
+                exit_grace[0] = time.monotonic() + 0.05
+            return time.monotonic() >= exit_grace[0]
+
+        timed_out = self.pump(streams, started + timeout, done)
+        if timed_out:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.sweep()
+        self.pump(streams, time.monotonic() + 1.0, lambda: out.eof and err.eof)
+        proc.stdout.close()
+        proc.stderr.close()
+        status, usage = self.wait_for(proc.pid)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.monotonic() - started
+        code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+        oom = self.oom_flag or (oom_before is not None and (oom_kill_count() or 0) > oom_before)
+        if WATCHDOG and MEMORY_BYTES and code != 0 and usage.ru_maxrss * 1024 >= MEMORY_BYTES:
+            oom = True  # failed after outgrowing the limit before the watchdog looked (RLIMIT_AS hit)
+        return {
+            "ok": True,
+            "stdout": out.text(),
+            "stderr": err.text(),
+            "exit_code": code,
+            "timed_out": timed_out,
+            "oom_killed": bool(oom and not timed_out),
+            "truncated": out.dropped > 0 or err.dropped > 0,
+            "wall_s": wall,
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_mem_bytes": usage.ru_maxrss * 1024,
+        }
+
+    def wait_for(self, pid):
+        while pid not in self.reaped:
+            try:
+                got, status, usage = os.wait4(pid, 0)
+            except ChildProcessError:
+                break
+            self.reaped[got] = (status, usage)
+        return self.reaped.pop(pid, (9, resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+    def start_session(self, sid):
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        proc = subprocess.Popen(
+            ["python3", "-u", "-c", SESSION_SOURCE, str(req_r), str(resp_w)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=WORK,
+            env=ENV,
+            start_new_session=True,
+            preexec_fn=child_setup,
+            pass_fds=(req_r, resp_w),
+        )
+        os.close(req_r)
+        os.close(resp_w)
+        proc.req_w, proc.resp_r = req_w, resp_r
+        enlarge_pipe(proc.stdout.fileno())
+        enlarge_pipe(proc.stderr.fileno())
+        self.sessions[sid] = proc
+        return proc
+
+    def kill_session(self, sid):
+        proc = self.sessions.pop(sid, None)
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for handle in (proc.stdout, proc.stderr):
+            handle.close()
+        for fd in (proc.req_w, proc.resp_r):
+            os.close(fd)
+        self.wait_for(proc.pid)
+        proc.returncode = -9
+
+    def op_py(self, request):
+        sid = str(request.get("sid", "default"))
+        timeout = float(request.get("timeout", 10.0))
+        notes = []
+        restarted = False
+        proc = self.sessions.get(sid)
+        if proc is not None and proc.pid in self.reaped:
+            self.kill_session(sid)
+            proc = None
+            restarted = True
+            notes.append(
+                "[python session had died since the last call; a fresh one runs this cell: earlier variables are lost]"
+            )
+        if proc is None:
+            proc = self.start_session(sid)
+        oom_before = oom_kill_count()
+        self.oom_flag = False
+        started = time.monotonic()
+        os.write(proc.req_w, (json.dumps({"code": request["code"]}) + "\n").encode())
+        out, err, reply = Capture(), Capture(), Capture()
+        streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, proc.resp_r: reply}
+
+        def answered():
+            return reply.raw.endswith(b"\n") or reply.eof or proc.pid in self.reaped
+
+        timed_out = self.pump(streams, started + timeout, answered)
+        if timed_out:  # first try KeyboardInterrupt, which keeps the variables
+            os.kill(proc.pid, signal.SIGINT)
+            self.pump(streams, time.monotonic() + 0.5, answered)
+        for fd in (proc.stdout.fileno(), proc.stderr.fileno()):
+            self.drain(fd, streams[fd])
+        result = None
+        if reply.raw.endswith(b"\n"):
+            result = json.loads(reply.raw)
+        exit_code = 0 if result and result["ok"] else 1
+        if result is None:
+            for _ in range(100):  # its reply pipe closed: the interpreter is exiting
+                self.reap()
+                if proc.pid in self.reaped:
+                    break
+                time.sleep(0.01)
+            status = self.reaped.get(proc.pid, (None, None))[0]
+            code = os.waitstatus_to_exitcode(status) if status is not None else -9
+            exit_code = code if code >= 0 else 128 - code
+            why = f"overran its {timeout:.3g} s deadline" if timed_out else f"crashed (exit {exit_code})"
+            self.kill_session(sid)
+            self.start_session(sid)
+            restarted = True
+            notes.append(f"[python session {why} and was restarted: all variables are lost]")
+        self.sweep()
+        oom = self.oom_flag or (oom_before is not None and (oom_kill_count() or 0) > oom_before)
+        stderr = err.text()
+        if notes:
+            stderr = (
+                (stderr + "\n" if stderr and not stderr.endswith("\n") else stderr) + "\n".join(notes) + "\n"
+            )
+        usage = result or {}
+        return {
+            "ok": True,
+            "stdout": out.text(),
+            "stderr": stderr,
+            "exit_code": exit_code,
+            "timed_out": timed_out,
+            "oom_killed": bool(oom),
+            "truncated": out.dropped > 0 or err.dropped > 0,
+            "restarted": restarted,
+            "wall_s": time.monotonic() - started,
+            "cpu_s": usage.get("cpu_s", 0.0),
+            "peak_mem_bytes": usage.get("peak_mem_bytes", 0),
+        }
+
+    def drain(self, fd, capture):
+        os.set_blocking(fd, False)
+        try:
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                capture.add(chunk)
+        except (BlockingIOError, OSError):
+            pass
+        finally:
+            os.set_blocking(fd, True)
+
+    def op_put(self, request):
+        data = base64.b64decode(request["data"])
+        fd = open_confined(
+            request["path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, int(request.get("mode", 0o644))
+        )
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return {"ok": True, "size": len(data)}
+
+    def op_get(self, request):
+        fd = open_confined(request["path"], os.O_RDONLY, 0)
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(GET_LIMIT + 1)
+        if len(data) > GET_LIMIT:
+            return {"ok": False, "error": f"file is larger than the get_file limit of {GET_LIMIT} bytes"}
+        return {"ok": True, "data": base64.b64encode(data).decode()}
+
+    def op_reset(self, request):
+        for sid in list(self.sessions):
+            self.kill_session(sid)
+        self.sweep()
+        for root in CLEAN_DIRS:
+            wipe(root)
+        return {"ok": True}
+
+    def op_ping(self, request):
+        return {"ok": True, "pid": os.getpid(), "sessions": sorted(self.sessions)}
+
+    def serve(self):
+        out = sys.stdout.buffer
+        out.write(
+            (
+                json.dumps({"ready": True, "pid": os.getpid(), "python": sys.version.split()[0]}) + "\n"
+            ).encode()
+        )
+        out.flush()
+        for line in sys.stdin.buffer:
+            if not line.strip():
+                continue
+            request = json.loads(line)
+            handler = getattr(self, "op_" + str(request.get("op")), None)
+            try:
+                if handler is None:
+                    reply = {"ok": False, "error": "unknown op {!r}".format(request.get("op"))}
+                else:
+                    reply = handler(request)
+            except (OSError, ValueError, KeyError) as exc:  # bad path, bad request: the caller's error
+                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            reply["id"] = request.get("id")
+            out.write((json.dumps(reply) + "\n").encode())
+            out.flush()
+
+
+class Capture:
+    """Keeps the first OUTPUT_LIMIT bytes of a stream and counts the rest."""
+
+    def __init__(self):
+        self.raw = b""
+        self.dropped = 0
+        self.eof = False
+
+    def add(self, chunk):
+        room = OUTPUT_LIMIT - len(self.raw)
+        if room > 0:
+            self.raw += chunk[:room]
+        self.dropped += max(0, len(chunk) - max(room, 0))
+
+    def text(self):
+        text = self.raw.decode("utf-8", "replace")
+        if self.dropped:
+            text += (
+                f"\n[output truncated: {self.dropped} more bytes were cut after the first {len(self.raw)}]\n"
+            )
+        return text
+
+
+def enlarge_pipe(fd):
+    try:  # fewer wakeups when a program floods its output
+        import fcntl
+
+        fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ
+    except OSError:
+        pass
+
+
+def oom_kill_count():
+    """The cgroup's OOM-kill counter (v1 or v2), or None where no memory cgroup is visible."""
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(path) as handle:
+                for line in handle:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except OSError:
+            continue
+    return None
+
+
+def open_confined(path, flags, mode):
+    """Open ``path`` (relative to WORK, or absolute inside a writable root) never following a symlink."""
+    full = os.path.normpath(os.path.join(WORK, path))
+    root = next((r for r in ROOTS if full == r or full.startswith(r.rstrip("/") + "/")), None)
+    if root is None or full == root:
+        raise ValueError("path {!r} is outside the sandbox's writable dirs {}".format(path, ", ".join(ROOTS)))
+    parts = [p for p in full[len(root) :].split("/") if p]
+    if ".." in path.split("/") and not full.startswith(WORK + "/"):
+        raise ValueError(f"path {path!r} escapes the work dir")
+    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            if flags & os.O_CREAT:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=dir_fd)
+                except FileExistsError:
+                    pass
+            try:
+                next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+            except OSError as exc:
+                raise ValueError(f"path {path!r}: {part!r} is a symlink or not a directory") from exc
+            os.close(dir_fd)
+            dir_fd = next_fd
+        try:
+            return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == 40:  # ELOOP: the last component is a symlink
+                raise ValueError(f"path {path!r} is a symlink; symlinks are not followed") from exc
+            raise
+    finally:
+        os.close(dir_fd)
+
+
+def wipe(root):
+    """Delete everything under ``root`` (not ``root`` itself), never following symlinks."""
+    import shutil
+
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return
+    for name in entries:
+        path = os.path.join(root, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def main():
+    for name in PROTECTED_SIGNALS:
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+    try:  # not dumpable: same-uid sandboxed code cannot ptrace or read the agent's memory
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+        if os.getpid() != 1:
+            libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to the agent
+    except (OSError, AttributeError):
+        pass
+    os.umask(0o022)
+    Agent().serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""Docker backend: one hardened container per sandbox, its PID 1 the agent, spoken to over attach.
+
+All Docker Engine API calls of agentrl live in this package. The engine is found the usual way
+(``docker.from_env()``: ``DOCKER_HOST``, ``DOCKER_TLS_VERIFY``, ``DOCKER_CERT_PATH``), so a remote
+engine works as well as the local socket.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import threading
+import time
+from typing import Any
+
+from agentrl.sandboxes.base import AGENT_SOURCE, AgentSandbox, Limits, TransportClosed
+from agentrl.sandboxes.image import IMAGE_ENV, SANDBOX_UID, WORK_DIR, default_image
+
+from agentrl.errors import SandboxError
+
+LABEL = "agentrl.sandbox"
+_client_lock = threading.Lock()
+_client = None
+
+
+def docker_client():
+    """A process-wide ``docker.DockerClient`` from the environment; SandboxError when unreachable."""
+    global _client
+    import docker
+    import docker.errors
+
+    with _client_lock:
+        if _client is None:
+            try:
+                _client = docker.from_env(timeout=60)
+            except docker.errors.DockerException as exc:
+                raise SandboxError(
+                    f"no Docker engine answers ({exc}); start dockerd, set DOCKER_HOST, or use backend='bwrap'"
+                ) from exc
+        return _client
+
+
+def engine_available(timeout: float = 3.0) -> bool:
+    """True when a Docker engine answers a ping within ``timeout`` seconds."""
+    import docker
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        return bool(docker.from_env(timeout=timeout).ping())
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
+        return False
+
+
+def create_internal_network(name: str) -> str:
+    """Create (or reuse) an internal bridge network: its containers see each other, never the outside.
+
+    An env that runs a service container next to its sandboxes owns such a network and passes its
+    name as the ``network`` limit.
+    """
+    import docker.errors
+
+    client = docker_client()
+    try:
+        client.networks.get(name)
+    except docker.errors.NotFound:
+        client.networks.create(name, driver="bridge", internal=True, labels={LABEL: "1"})
+    return name
+
+
+class DockerTransport:
+    """The agent's stdin/stdout through the container's attach socket (multiplexed frames)."""
+
+    def __init__(self, attached: Any):
+        self.sock: socket.socket = getattr(attached, "_sock", attached)
+        self.frames = b""  # undecoded bytes from the engine
+        self.stdout = b""  # the agent's stdout, decoded from frames
+        self.stderr_tail = b""  # the agent's own stderr, for diagnostics
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            raise TransportClosed(str(exc)) from exc
+
+    def recv_line(self, deadline: float) -> bytes:
+        while b"\n" not in self.stdout:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no answer from the sandbox agent")
+            self.sock.settimeout(remaining)
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except TimeoutError as exc:
+                raise TimeoutError("no answer from the sandbox agent") from exc
+            except OSError as exc:
+                raise TransportClosed(str(exc)) from exc
+            if not chunk:
+                raise TransportClosed("the container's attach stream ended")
+            self.frames += chunk
+            self._demux()
+        line, _, self.stdout = self.stdout.partition(b"\n")
+        return line
+
+    def _demux(self) -> None:
+        # Engine frame: [stream(1) 0 0 0 size(4, big-endian)] payload; stream 1 = stdout, 2 = stderr.
+        while len(self.frames) >= 8:
+            stream = self.frames[0]
+            (size,) = struct.unpack(">I", self.frames[4:8])
+            if len(self.frames) < 8 + size:
+                return
+            payload, self.frames = self.frames[8 : 8 + size], self.frames[8 + size :]
+            if stream == 1:
+                self.stdout += payload
+            else:
+                self.stderr_tail = (self.stderr_tail + payload)[-4096:]
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class DockerSandbox(AgentSandbox):
+    """A sandbox in a Docker container: no network, read-only root, tmpfs work dir, non-root user,
+    no capabilities, no-new-privileges, memory/pids/CPU limits, only read-only host mounts.
+
+    Args:
+        image: image tag; defaults to the recipe-built ``agentrl-sandbox:<hash>``.
+        limits: a :class:`Limits`; or pass its fields as keyword arguments.
+    """
+
+    backend = "docker"
+
+    def __init__(self, limits: Limits | None = None, *, image: str | None = None, **limit_kwargs: Any):
+        super().__init__(limits, **limit_kwargs)
+        self.image = image or default_image()
+        self.container_id: str | None = None
+
+    def _agent_config(self) -> dict[str, Any]:
+        return {
+            "work": WORK_DIR,
+            "writable": [WORK_DIR, "/tmp"],
+            "clean": [WORK_DIR, "/tmp", "/dev/shm"],
+            "output_limit": self.limits.output_limit,
+            "env": dict(IMAGE_ENV),
+        }
+
+    def _launch(self) -> DockerTransport:
+        import docker.errors
+        from docker.types import Ulimit
+
+        client = docker_client()
+        limits = self.limits
+        tmpfs_opts = f"size={limits.work_tmpfs_mb}m,exec"
+        host_config = client.api.create_host_config(
+            network_mode=limits.network or "none",
+            read_only=True,
+            tmpfs={
+                WORK_DIR: f"{tmpfs_opts},mode=0700,uid={SANDBOX_UID},gid={SANDBOX_UID}",
+                "/tmp": f"{tmpfs_opts},mode=1777",
+            },
+            shm_size=16 << 20,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            mem_limit=f"{limits.memory_mb}m",
+            memswap_limit=f"{limits.memory_mb}m",  # no swap: the memory limit is the limit
+            pids_limit=limits.pids,
+            nano_cpus=int(limits.cpus * 1e9),
+            ulimits=[Ulimit(name="nofile", soft=1024, hard=1024), Ulimit(name="core", soft=0, hard=0)],
+            binds={host: {"bind": inside, "mode": "ro"} for host, inside in limits.ro_mounts.items()},
+            ipc_mode="private",
+            auto_remove=True,  # if this process dies, the agent sees EOF, exits, and the box goes
+        )
+        try:
+            config = client.api.create_container_config(
+                self.image,
+                command=["python3", "-c", AGENT_SOURCE, json.dumps(self._agent_config())],
+                user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+                working_dir=WORK_DIR,
+                stdin_open=True,
+                tty=False,
+                network_disabled=limits.network is None,
+                labels={LABEL: "1", f"{LABEL}.owner": f"{socket.gethostname()}:{os.getpid()}"},
+                host_config=host_config,
+            )
+            # StdinOnce: when our attach stream closes (this process died) the agent sees EOF.
+            config["StdinOnce"] = True
+            created = client.api.create_container_from_config(config)
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxError(
+                f"sandbox image {self.image} is missing; build it with `agentrl sandbox build` "
+                "(or `python -m agentrl.sandboxes build`)"
+            ) from exc
+        except docker.errors.APIError as exc:
+            raise SandboxError(
+                f"docker refused to create the sandbox container: {exc.explanation or exc}"
+            ) from exc
+        self.container_id = created["Id"]
+        try:
+            attached = client.api.attach_socket(
+                self.container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            client.api.start(self.container_id)
+        except docker.errors.APIError as exc:
+            self._destroy()
+            raise SandboxError(
+                f"docker could not start the sandbox container: {exc.explanation or exc}"
+            ) from exc
+        return DockerTransport(attached)
+
+    def _loss_reason(self) -> str:
+        import docker.errors
+
+        if self.container_id is None:
+            return "the container was never created"
+        try:
+            state = docker_client().api.inspect_container(self.container_id)["State"]
+        except docker.errors.NotFound:
+            return "the container was removed from outside"
+        except docker.errors.APIError as exc:
+            return f"the Docker engine did not answer ({exc})"
+        if state.get("Running"):
+            return "the container's agent stream broke while the container still runs"
+        oom = ", OOM-killed" if state.get("OOMKilled") else ""
+        return f"the container exited (code {state.get('ExitCode')}{oom})"
+
+    def _destroy(self) -> None:
+        import docker.errors
+
+        if self.container_id is None:
+            return
+        container_id, self.container_id = self.container_id, None
+        try:
+            docker_client().api.remove_container(container_id, force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: auto-remove is already removing it
+                raise SandboxError(f"could not remove sandbox container {container_id[:12]}: {exc}") from exc
+
+
+def remove_all_sandboxes() -> int:
+    """Force-remove every agentrl sandbox container on the engine (cleanup after crashes)."""
+    import docker.errors
+
+    client = docker_client()
+    count = 0
+    for summary in client.api.containers(all=True, filters={"label": LABEL}):
+        try:
+            client.api.remove_container(summary["Id"], force=True)
+            count += 1
+        except docker.errors.NotFound:
+            pass
+    return count
