@@ -11,6 +11,13 @@ from __future__ import annotations
 from agentrl.env import register
 
 register(
+    "agentrl/GAIA-v0",
+    "agentrl.envs.gaia.local:LocalGaiaEnv",
+    description="local-gaia: GAIA-shaped tasks (levels 1-3) over the fictional wiki, files, python; GAIA scorer",
+    max_turns=30,
+    max_obs_chars=8192,
+)
+register(
     "agentrl/GAIA-Real-v0",
     "agentrl.envs.gaia.real:GaiaRealEnv",
     description="Real GAIA from a local metadata.jsonl folder (data_dir=...), file reader tool, GAIA scorer",
