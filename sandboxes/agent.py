@@ -189,8 +189,8 @@ class Agent:
                     next_watch = now + 0.02
                     if self.sandbox_rss() > MEMORY_BYTES:
                         self.oom_flag = True
-                        for sid in list(self.sessions):
-                            os.killpg(self.sessions[sid].pid, signal.SIGKILL)
+                        for proc in self.sessions.values():
+                            signal_quietly(-proc.pid, signal.SIGKILL)
                         self.sweep()
                 wait = min(deadline - now, 0.02 if WATCHDOG else 0.05)
                 for key, _ in self.selector.select(max(wait, 0)):
@@ -374,7 +374,7 @@ class Agent:
 
         timed_out = self.pump(streams, started + timeout, answered)
         if timed_out:  # first try KeyboardInterrupt, which keeps the variables
-            os.kill(proc.pid, signal.SIGINT)
+            signal_quietly(proc.pid, signal.SIGINT)
             self.pump(streams, time.monotonic() + 0.5, answered)
         for fd in (proc.stdout.fileno(), proc.stderr.fileno()):
             self.drain(fd, streams[fd])
@@ -505,6 +505,14 @@ class Capture:
                 f"\n[output truncated: {self.dropped} more bytes were cut after the first {len(self.raw)}]\n"
             )
         return text
+
+
+def signal_quietly(pid, signum):
+    """kill(2) that ignores a target already gone (negative pid: a process group)."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def enlarge_pipe(fd):
