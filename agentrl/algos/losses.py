@@ -364,11 +364,9 @@ def foldact(
     loss_cons = agg_loss(gap, cons_mask, "token-mean")
     loss = w_summary * loss_sum + w_action * loss_act + w_consistency * loss_cons
     metrics = {f"action_{k}": v for k, v in act_metrics.items()}
-    metrics.update(
-        loss_summary=float(loss_sum),
-        loss_action=float(loss_act),
-        loss_consistency=float(loss_cons),
-        summary_tokens=float(is_summary.sum()),
-        action_tokens=float(is_action.sum()),
-    )
+    parts = torch.stack(
+        [loss_sum.detach(), loss_act.detach(), loss_cons.detach(), is_summary.sum(), is_action.sum()]
+    ).tolist()
+    names = ("loss_summary", "loss_action", "loss_consistency", "summary_tokens", "action_tokens")
+    metrics.update(zip(names, parts, strict=True))
     return loss, metrics

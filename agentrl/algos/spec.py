@@ -89,7 +89,7 @@ class Loss:
     The raw function's positional arguments are ``(head[0], head[1], target, head[2])``: for policy
     losses ``(logp, old_logp, advantages, loss_mask)``, for the value loss
     ``(values, old_values, returns, loss_mask)``. ``inputs`` are extra batch fields passed as
-    keywords when present.
+    keywords when present; ``required`` ones must be present.
     """
 
     name: str
@@ -97,6 +97,7 @@ class Loss:
     inputs: tuple[str, ...] = ()
     defaults: Mapping[str, Any] = field(default_factory=dict)
     head: tuple[str, str, str] = ("logp", "old_logp", "loss_mask")
+    required: tuple[str, ...] = ()
 
     def __call__(self, *args: Any, **options: Any) -> tuple[Tensor, dict[str, float]]:
         return self.fn(*args, **{**self.defaults, **options})
@@ -106,6 +107,7 @@ class Loss:
         who = f"loss '{self.name}'"
         first, second, mask = (_field(batch, name, who) for name in self.head)
         extras = {k: batch[k] for k in self.inputs if k in batch}
+        extras.update({k: _field(batch, k, who) for k in self.required})
         return self.fn(first, second, target, mask, **extras, **{**self.defaults, **options})
 
 
@@ -190,7 +192,7 @@ LOSS_ENTRIES: tuple[Loss, ...] = (
     ),
     Loss("turn_ppo", loss_lib.ppo_clip, _PPO_INPUTS, {"ratio": "turn"}),
     Loss("foldgrpo", loss_lib.ppo_clip, _PPO_INPUTS, {"clip_high": 0.28, "agg": "token-mean"}),
-    Loss("foldact", loss_lib.foldact, ("token_kind", "full_ctx_logp")),
+    Loss("foldact", loss_lib.foldact, required=("token_kind", "full_ctx_logp")),
     Loss("clip_bias_norm", loss_lib.clip_bias_norm, _PPO_INPUTS),
     Loss("value", loss_lib.value_loss, head=("values", "old_values", "loss_mask")),
 )
