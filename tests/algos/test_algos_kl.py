@@ -74,8 +74,8 @@ def test_monte_carlo_gradient_matches_divergence(kind):
     logp = torch.log_softmax(theta, 0)[samples]  # [n]
     (g_mc,) = torch.autograd.grad(kl(logp, ref_logp[samples], kind).mean(), theta)
     # per-sample gradient in closed form: c(y) * (onehot(y) - pi), c = 1 | l | 1 - e^-l
-    l = (logp - ref_logp[samples]).detach()
-    coef = {"k1": torch.ones_like(l), "k2": l, "k3": 1 - torch.exp(-l)}[kind]
+    log_ratio = (logp - ref_logp[samples]).detach()
+    coef = {"k1": torch.ones_like(log_ratio), "k2": log_ratio, "k3": 1 - torch.exp(-log_ratio)}[kind]
     per_sample = coef[:, None] * (torch.nn.functional.one_hot(samples, 5).to(F64) - probs)  # [n, V]
     torch.testing.assert_close(per_sample.mean(0), g_mc, rtol=0, atol=1e-12)  # autograd == closed form
     stderr = per_sample.std(0) / math.sqrt(n)

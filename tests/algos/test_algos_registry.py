@@ -31,22 +31,22 @@ def test_every_entry_is_registered():
 def _batch(seed=0):
     """Two prompt groups of 2 rollouts, one row each; 2 assistant turns per row with an observation between."""
     gen = torch.Generator().manual_seed(seed)
-    b, l = 4, 8
+    b, length = 4, 8
     turn_id = torch.tensor([[-1, 0, 0, -1, -1, 1, 1, -1]] * 3 + [[-1, 0, 0, 0, -1, -1, -1, -1]])
     loss_mask = turn_id >= 0
-    old = torch.randn(b, l, generator=gen, dtype=F64) * 0.3
+    old = torch.randn(b, length, generator=gen, dtype=F64) * 0.3
     return {
         "loss_mask": loss_mask,
         "turn_id": turn_id,
-        "logp": (old + 0.1 * torch.randn(b, l, generator=gen, dtype=F64)).requires_grad_(True),
+        "logp": (old + 0.1 * torch.randn(b, length, generator=gen, dtype=F64)).requires_grad_(True),
         "old_logp": old,
         "ref_logp": old + 0.05,
-        "entropy": torch.rand(b, l, generator=gen, dtype=F64),
-        "values": torch.randn(b, l, generator=gen, dtype=F64),
-        "old_values": torch.randn(b, l, generator=gen, dtype=F64),
-        "token_rewards": torch.zeros(b, l, dtype=F64).index_put_((torch.arange(b), torch.tensor([6, 6, 6, 3])),
+        "entropy": torch.rand(b, length, generator=gen, dtype=F64),
+        "values": torch.randn(b, length, generator=gen, dtype=F64),
+        "old_values": torch.randn(b, length, generator=gen, dtype=F64),
+        "token_rewards": torch.zeros(b, length, dtype=F64).index_put_((torch.arange(b), torch.tensor([6, 6, 6, 3])),
                                                                   torch.tensor([1.0, 0.0, 1.0, 0.5], dtype=F64)),
-        "process_reward": -0.2 * (torch.rand(b, l, generator=gen) < 0.3).to(F64),
+        "process_reward": -0.2 * (torch.rand(b, length, generator=gen) < 0.3).to(F64),
         "outcome": torch.tensor([1.0, 0.0, 1.0, 0.5], dtype=F64),
         "group_id": torch.tensor([0, 0, 1, 1]),
         "finished": torch.tensor([True, True, False, True]),
