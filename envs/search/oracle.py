@@ -1,0 +1,112 @@
+"""Scripted oracle for the fictional-wiki search tasks: the upper bound for evaluation and tests.
+
+It follows the oracle protocol every env family uses (``reset(task)``, then ``act(observation)``
+returns the next action *text*) and acts only through the tools, with real Hermes tool calls:
+for each hop it searches the current entity's name, opens the result whose title is exactly that
+name (skipping near-duplicate distractors), reads the relation's infobox line and follows it. It
+never looks at the gold answer; it reads the question's chain from ``task.payload``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Protocol
+
+from agentrl.envs.search.wiki import RELATIONS
+
+from agentrl.env import Task
+
+RESULT_RE = re.compile(r"^\[\d+\] (\S+) \| (.+)$", re.MULTILINE)
+# words that pull the page of an entity of this kind above pages that merely mention its name
+KIND_HINTS = {
+    "person": "born birthplace occupation",
+    "city": "city population mayor founded",
+    "company": "company founded headquartered employees",
+    "country": "country capital independent currency",
+}
+
+
+class Oracle(Protocol):
+    """What every scripted oracle offers."""
+
+    def reset(self, task: Task) -> None: ...
+
+    def act(self, observation: str, info: dict[str, Any] | None = None) -> str: ...
+
+
+def tool_call(name: str, **arguments: Any) -> str:
+    """A Hermes tool call as a model would write it."""
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+class SearchOracle:
+    """Solves ``agentrl/Search-v0`` tasks through ``search``/``open`` (Hermes tool calls)."""
+
+    def __init__(self, first_k: int = 5, max_k: int = 10):
+        self.first_k, self.max_k = first_k, max_k
+        self.task: Task | None = None
+
+    def reset(self, task: Task) -> None:
+        payload = task.payload
+        self.task = task
+        self.relations: list[str] = list(payload["relations"])
+        self.name: str = payload["start"]
+        self.kind: str = str(payload["start_id"]).split("/")[0]
+        self.hop = 0
+        self.tries = 0
+        self.state = "search"
+
+    def _queries(self) -> list[tuple[str, int]]:
+        return [(self.name, self.first_k), (f"{self.name} {KIND_HINTS[self.kind]}", self.max_k)]
+
+    def act(self, observation: str, info: dict[str, Any] | None = None) -> str:
+        if self.task is None:
+            raise RuntimeError("call reset(task) before act()")
+        if self.state == "search":
+            query, k = self._queries()[self.tries]
+            self.state = "pick"
+            return tool_call("search", query=query, k=k)
+        if self.state == "pick":
+            doc_id = next(
+                (d for d, title in RESULT_RE.findall(observation) if title.strip() == self.name), None
+            )
+            if doc_id is None:
+                self.tries += 1
+                if self.tries >= len(self._queries()):
+                    return "<answer>unknown</answer>"
+                self.state = "search"
+                return self.act(observation, info)
+            self.state = "read"
+            return tool_call("open", doc_id=doc_id)
+        # state "read": the observation is the page of self.name
+        relation = self.relations[self.hop]
+        label, linked_kind = RELATIONS[relation]
+        found = re.search(rf"^{re.escape(label)}: (.+)$", observation, re.MULTILINE)
+        if found is None:
+            return "<answer>unknown</answer>"
+        value = found.group(1).strip()
+        self.hop += 1
+        if self.hop == len(self.relations):
+            return f"<answer>{value}</answer>"
+        assert linked_kind is not None  # only link relations lead to another hop
+        self.name, self.kind, self.tries, self.state = value, linked_kind, 0, "search"
+        return self.act(observation, info)
+
+
+def run_oracle(
+    env: Any, task: Task | None = None, *, seed: int | None = None
+) -> tuple[float, dict[str, Any]]:
+    """Play one episode of ``env`` (a made env or a TextEnv) with :class:`SearchOracle`.
+
+    Returns:
+        The final reward and the last step's info.
+    """
+    options = {"task": task} if task is not None else None
+    observation, info = env.reset(seed=seed, options=options)
+    oracle = SearchOracle()
+    oracle.reset(env.unwrapped.task)
+    while True:
+        observation, reward, terminated, truncated, info = env.step(oracle.act(observation, info))
+        if terminated or truncated:
+            return float(reward), info
