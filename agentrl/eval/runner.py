@@ -1,0 +1,304 @@
+"""``agentrl eval``: run an agent over a suite's tasks and write records, metrics and a report.
+
+Scripted agents (oracle, random) step the env directly, one env per worker thread. Model agents
+go through the rollout engine (:mod:`agentrl.rollout`), the same Env + Agent + Generator path as
+training, with an HF generator (a model name / path) or the OpenAI-compatible HTTP client.
+Whatever the agent, a crashed episode is recorded with its error and the run goes on.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shlex
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import agentrl
+from agentrl.env import Task
+from agentrl.errors import AgentRLError, ConfigError
+from agentrl.eval.agents import AgentSpec, OracleAdapter, RandomAgent, ScriptedAgent, load_oracle, parse_agent
+from agentrl.eval.report import aggregate, failure_bucket, table_lines, write_report
+from agentrl.eval.suites import Part, Suite, parse_suite
+from agentrl.trajectory import Episode, Segment, Turn, write_jsonl
+
+
+@dataclass(frozen=True)
+class Job:
+    """One episode to run: a task of a part, the sample index (for pass@k) and its seed."""
+
+    part: Part
+    task: Task
+    sample: int
+    seed: int
+
+
+@dataclass
+class EvalResult:
+    """What :func:`evaluate` returns."""
+
+    records: list[dict[str, Any]]
+    metrics: dict[str, Any]
+    episodes: list[Episode] = field(default_factory=list)
+
+
+def make_part_env(part: Part, split: str) -> Any:
+    """The wrapped env of one suite part (with the suite's split as its default)."""
+    kwargs = {k: v for k, v in part.kwargs.items() if v is not None}
+    return agentrl.make(part.env_id, split=split, **kwargs)
+
+
+def select_tasks(suite: Suite, limit: int | None, seed: int) -> list[tuple[Part, Task]]:
+    """Tasks of every part; with ``limit``, a seeded sample of at most ``limit`` tasks *per part*."""
+    selected = []
+    for part in suite.parts:
+        try:
+            env = make_part_env(part, suite.split)
+        except agentrl.env.EnvError as exc:
+            raise ConfigError(
+                "suite", f"suite {suite.name!r} needs env {part.env_id}: {exc}", "see `agentrl envs`"
+            ) from exc
+        try:
+            tasks = list(env.unwrapped.tasks(suite.split))
+        finally:
+            env.close()
+        if limit is not None and limit < len(tasks):
+            keep = set(random.Random(f"{seed}/{part.env_id}").sample(range(len(tasks)), limit))
+            tasks = [t for i, t in enumerate(tasks) if i in keep]
+        selected += [(part, t) for t in tasks]
+    if suite.name.startswith("gaia") and any(str(t.answer) == "?" for _, t in selected):
+        raise ConfigError(
+            "suite", "GAIA test answers are hidden ('?'), so they cannot be scored", "use split=validation"
+        )
+    return selected
+
+
+def subset_label(suite: Suite, part: Part, task: Task) -> str:
+    return " ".join(filter(None, [part.name, suite.subset(task)])) or "all"
+
+
+def episode_record(suite: Suite, job: Job, episode: Episode, seconds: float) -> dict[str, Any]:
+    """The flat per-episode record the report is built from."""
+    metrics = dict(episode.metrics)
+    success = float(metrics.get(suite.success, episode.outcome))
+    record = {
+        "episode_id": episode.episode_id,
+        "env_id": job.part.env_id,
+        "part": job.part.name,
+        "task_id": job.task.id,
+        "sample": job.sample,
+        "seed": job.seed,
+        "level": job.task.level,
+        "subset": subset_label(suite, job.part, job.task),
+        "reward": float(episode.outcome),
+        "success": 1.0 if success >= 1.0 else 0.0,
+        "answer": episode.answer,
+        "ground_truth": episode.ground_truth,
+        "turns": int(metrics.get("turns", episode.num_turns)),
+        "terminated": episode.terminated,
+        "truncated": episode.truncated,
+        "answered": bool(metrics.get("answered", episode.answer is not None)),
+        "tool_calls": int(metrics.get("tool_calls", 0)),
+        "tool_errors": int(metrics.get("tool_errors", 0)),
+        "format_errors": int(metrics.get("format_errors", 0)),
+        "void_turns": int(metrics.get("void_turns", 0)),
+        "metrics": metrics,
+        "error": episode.error,
+        "seconds": seconds,
+    }
+    record["bucket"] = failure_bucket(record)
+    return record
+
+
+# --------------------------------------------------------------------------- scripted agents
+def play_scripted(env: Any, agent: ScriptedAgent, job: Job, split: str) -> Episode:
+    """One episode of a scripted agent; the trajectory keeps texts (there are no tokens)."""
+    obs, info = env.reset(seed=job.seed, options={"task_id": job.task.id, "split": split})
+    agent.reset(env.unwrapped.task)
+    turns: list[Turn] = []
+    reward, terminated, truncated = 0.0, False, False
+    while not (terminated or truncated):
+        start = time.perf_counter()
+        action = agent.act(obs)
+        act_s = time.perf_counter() - start
+        obs, reward, terminated, truncated, info = env.step(action)
+        turns.append(
+            Turn(
+                index=len(turns),
+                output_ids=[],
+                output_logprobs=[],
+                action_text=action,
+                observation=obs,
+                reward=float(reward),
+                tool_calls=info.get("tool_calls", []),
+                void=bool(info.get("void_turn", False)),
+                timings={"act_s": act_s, "env_s": time.perf_counter() - start - act_s},
+            )
+        )
+    return Episode(
+        episode_id=f"{job.task.id}#{job.sample}",
+        env_id=job.part.env_id,
+        task_id=job.task.id,
+        segments=[Segment(prompt_ids=[], turns=turns)],
+        group_id=job.task.id,
+        seed=job.seed,
+        outcome=float(reward),
+        terminated=terminated,
+        truncated=truncated,
+        answer=info.get("answer"),
+        ground_truth=info.get("ground_truth"),
+        metrics=dict(info.get("metrics", {})),
+    )
+
+
+def failed_episode(job: Job, error: str) -> Episode:
+    return Episode(
+        episode_id=f"{job.task.id}#{job.sample}",
+        env_id=job.part.env_id,
+        task_id=job.task.id,
+        segments=[],
+        group_id=job.task.id,
+        seed=job.seed,
+        ground_truth=job.task.answer,
+        error=error,
+    )
+
+
+def run_scripted(
+    suite: Suite, jobs: Sequence[Job], make_agent: Callable[[Any, Job], ScriptedAgent], concurrency: int
+) -> list[tuple[Episode, float]]:
+    """Run ``jobs`` on ``concurrency`` threads, each with its own env per part."""
+    local = threading.local()
+
+    def run(job: Job) -> tuple[Episode, float]:
+        envs = local.__dict__.setdefault("envs", {})
+        start = time.perf_counter()
+        try:
+            if job.part.env_id not in envs:
+                envs[job.part.env_id] = make_part_env(job.part, suite.split)
+            env = envs[job.part.env_id]
+            episode = play_scripted(env, make_agent(env, job), job, suite.split)
+        except Exception as exc:  # noqa: BLE001 - recorded on the episode and reported, never silenced
+            envs.pop(job.part.env_id, None)  # a crashed env is replaced for the next job
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            print(f"[eval] episode {job.task.id}#{job.sample} failed: {detail}", file=sys.stderr)
+            episode = failed_episode(job, detail)
+        return episode, time.perf_counter() - start
+
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        results = list(pool.map(run, jobs))
+    return results
+
+
+def scripted_factory(spec: AgentSpec, suite: Suite) -> Callable[[Any, Job], ScriptedAgent]:
+    if spec.kind == "random":
+        return lambda env, job: RandomAgent(env.unwrapped.tools, seed=job.seed)
+    oracle_cls = load_oracle(suite.oracle, suite.name)
+    return lambda env, job: OracleAdapter(oracle_cls())
+
+
+# --------------------------------------------------------------------------- model agents
+def run_model(
+    suite: Suite, jobs: Sequence[Job], spec: AgentSpec, concurrency: int, seed: int
+) -> list[tuple[Episode, float]]:
+    """Model agents through the rollout engine (HF generator or OpenAI-compatible client)."""
+    from agentrl.eval.model_agent import run_model_jobs
+
+    return run_model_jobs(suite, jobs, spec, concurrency=concurrency, seed=seed)
+
+
+# --------------------------------------------------------------------------- entry points
+def evaluate(
+    suite: str | Suite,
+    agent: str | AgentSpec,
+    *,
+    limit: int | None = None,
+    concurrency: int = 4,
+    seed: int = 0,
+) -> EvalResult:
+    """Run ``agent`` on ``suite`` and return the records, the aggregate metrics and the episodes."""
+    import agentrl.eval.suites  # noqa: F401  (registers the suites)
+
+    suite_obj = parse_suite(suite) if isinstance(suite, str) else suite
+    spec = parse_agent(agent) if isinstance(agent, str) else agent
+    if limit is not None and limit < 1:
+        raise ConfigError("limit", f"limit must be >= 1, got {limit}", "pass --limit 10, or leave it out")
+    selected = select_tasks(suite_obj, limit, seed)
+    jobs = [
+        Job(part, task, sample, seed + i * suite_obj.k + sample)
+        for i, (part, task) in enumerate(selected)
+        for sample in range(suite_obj.k)
+    ]
+    start = time.perf_counter()
+    if spec.kind in ("oracle", "random"):
+        results = run_scripted(suite_obj, jobs, scripted_factory(spec, suite_obj), concurrency)
+    else:
+        results = run_model(suite_obj, jobs, spec, concurrency, seed)
+    wall = time.perf_counter() - start
+    records = [episode_record(suite_obj, job, ep, s) for job, (ep, s) in zip(jobs, results, strict=True)]
+    metrics = {
+        "suite": suite if isinstance(suite, str) else suite_obj.name,
+        "agent": spec.label,
+        "k": suite_obj.k,
+        "seed": seed,
+        "limit": limit,
+        "concurrency": concurrency,
+        "metric_names": list(suite_obj.metrics),
+        "wall_s": wall,
+        "episodes_per_minute": 60.0 * len(records) / wall if wall > 0 else 0.0,
+        "notes": suite_obj.notes,
+        **aggregate(records, suite_obj.metrics, suite_obj.k),
+    }
+    return EvalResult(records, metrics, [ep for ep, _ in results])
+
+
+def _default_out(suite: str, agent: str) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{suite}_{agent}")[:80]
+    return Path("runs") / "eval" / f"{slug}_{datetime.now():%Y%m%d-%H%M%S}"
+
+
+def run_eval(
+    *,
+    suite: str,
+    agent: str,
+    limit: int | None = None,
+    concurrency: int = 4,
+    seed: int = 0,
+    out: Path | str | None = None,
+    as_json: bool = False,
+) -> int:
+    """The ``agentrl eval`` command: evaluate, write the outputs, print the table. Returns the exit code."""
+    import json
+
+    command = ["agentrl", "eval", "--suite", suite, "--agent", agent]
+    command += ["--limit", str(limit)] if limit is not None else []
+    command += ["--concurrency", str(concurrency), "--seed", str(seed)]
+    try:
+        result = evaluate(suite, agent, limit=limit, concurrency=concurrency, seed=seed)
+    except AgentRLError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result.metrics["command"] = shlex.join(command)
+    out_dir = Path(out) if out is not None else _default_out(suite, agent)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_jsonl(result.episodes, out_dir / "episodes.jsonl")
+    report = write_report(result.records, result.metrics, out_dir)
+    if as_json:
+        print(json.dumps(result.metrics, indent=2, default=str))
+    else:
+        overall = result.metrics["overall"]
+        print(
+            f"{result.metrics['suite']} / {result.metrics['agent']}: success {100 * overall['success_rate']:.1f}%"
+        )
+        print("\n".join(table_lines(result.metrics)))
+        print(f"report: {report}")
+    errors = sum(1 for r in result.records if r["error"])
+    return 1 if result.records and errors == len(result.records) else 0
