@@ -150,7 +150,19 @@ class AlgoConfig:
     drop_void_turns: bool = False
     """Drop trajectories with a void turn (SimpleTIR)."""
     options: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword options passed to the advantage estimator / loss (e.g. {zeta: 0.1})."""
+    """Extra keyword options for the advantage estimator (e.g. {zeta: 0.1} for empg)."""
+    loss_options: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword options for the policy loss (e.g. {dual_clip: 3.0}, foldact weights)."""
+    critic: bool = False
+    """Add a value head on the policy backbone (needed by advantage=gae, e.g. ST-PPO)."""
+    vf_coef: float = 0.5
+    """Weight of the value loss when a critic is on."""
+    vf_clip: float = 0.5
+    """Value clipping range (verl's cliprange_value); 0 turns clipping off."""
+    old_logprobs: str = "recompute"
+    """Behaviour log-probs for the ratio: recompute (learner pass before the update) | sampler."""
+    ig_template: str = "Now there's enough information to answer.\n<answer>{answer}</answer>"
+    """IGPO: text appended after each turn's context to score the gold answer (only {answer} is averaged)."""
 
     def validate(self, prefix: str) -> None:
         _choice(f"{prefix}.ratio", self.ratio, ("token", "turn", "sequence"))
@@ -158,10 +170,24 @@ class AlgoConfig:
             f"{prefix}.agg", self.agg, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "constant")
         )
         _choice(f"{prefix}.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
+        _choice(f"{prefix}.old_logprobs", self.old_logprobs, ("recompute", "sampler"))
+        if self.vf_coef < 0 or self.vf_clip < 0:
+            raise ConfigError(f"{prefix}.vf_coef", "vf_coef and vf_clip must be >= 0")
+        self._check_registered(prefix)
         if not 0.0 <= self.clip_low < 1.0:
             raise ConfigError(f"{prefix}.clip_low", f"must be in [0, 1), got {self.clip_low}")
         if self.clip_high < 0:
             raise ConfigError(f"{prefix}.clip_high", f"must be >= 0, got {self.clip_high}")
+
+
+    def _check_registered(self, prefix: str) -> None:
+        # names are checked against the registries so a typo fails before any model loads
+        import agentrl.algos  # noqa: F401  (registers the objectives)
+        from agentrl.registry import ADVANTAGES, KL_ESTIMATORS, LOSSES
+
+        ADVANTAGES.get(self.advantage, field=f"{prefix}.advantage")
+        LOSSES.get(self.loss, field=f"{prefix}.loss")
+        KL_ESTIMATORS.get(self.kl_kind, field=f"{prefix}.kl_kind")
 
 
 @dataclass(frozen=True)

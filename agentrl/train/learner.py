@@ -1,0 +1,173 @@
+"""The policy as the learner sees it: per-token log-probs, entropies and values of a TokenBatch.
+
+:class:`Policy` wraps a Hugging Face causal LM (optionally with PEFT LoRA adapters) and an optional
+value head on the same backbone (the critic of PPO / ST-PPO's GAE). Its forward pass runs the
+decoder to the final hidden states and hands only the positions that predict a trainable token
+to :func:`agentrl.kernels.token_logprobs_entropy`, so no ``[B, T, V]`` logits exist.
+
+Alignment follows :class:`agentrl.trajectory.TokenBatch`: the value stored at position ``t``
+describes token ``t`` (it comes from the hidden state at ``t - 1``); position 0 and untrained
+positions hold 0.
+
+The reference policy (KL) is the same weights with the adapters switched off when LoRA is on, so
+no second model lives in memory; with full fine-tuning it is a frozen copy taken at start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from agentrl.kernels import token_logprobs_entropy
+
+
+@dataclass
+class PolicyOutput:
+    """Per-token outputs, each ``[B, L]`` float32 (0 where ``loss_mask`` is 0)."""
+
+    logp: Tensor
+    entropy: Tensor
+    values: Tensor | None = None
+
+
+def is_peft(model: nn.Module) -> bool:
+    """True for a PEFT-wrapped model (LoRA adapters)."""
+    return hasattr(model, "disable_adapter") and hasattr(model, "get_base_model")
+
+
+def add_lora(model: nn.Module, *, rank: int, alpha: int, targets: tuple[str, ...]) -> nn.Module:
+    """Wrap ``model`` with LoRA adapters; only adapter weights stay trainable."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, bias="none")
+    return get_peft_model(model, config)
+
+
+class Policy(nn.Module):
+    """Causal LM (+ LoRA) + optional value head, computing TokenBatch-aligned outputs.
+
+    Args:
+        model: a ``transformers`` causal LM or a PEFT model around one.
+        critic: add a value head ``Linear(hidden, 1)`` on the final hidden states.
+        logprob_impl: ``auto | chunked | triton | naive`` (see :mod:`agentrl.kernels`).
+        temperature: the sampler's temperature; logits are divided by it so ratios compare like
+            with like.
+    """
+
+    def __init__(
+        self, model: nn.Module, *, critic: bool = False, logprob_impl: str = "auto", temperature: float = 1.0
+    ):
+        super().__init__()
+        self.model = model
+        self.logprob_impl = logprob_impl
+        self.temperature = temperature
+        hidden = self.lm.config.hidden_size
+        self.value_head = nn.Linear(hidden, 1) if critic else None
+        if self.value_head is not None:
+            # start near V = 0 so early GAE advantages are close to the plain returns
+            nn.init.normal_(self.value_head.weight, std=1e-3)
+            nn.init.zeros_(self.value_head.bias)
+            self.value_head.to(next(model.parameters()).device)
+        self._reference: nn.Module | None = None
+
+    @property
+    def lm(self) -> nn.Module:
+        """The underlying ``transformers`` model (PEFT unwrapped; LoRA layers stay injected)."""
+        return self.model.get_base_model() if is_peft(self.model) else self.model
+
+    @property
+    def uses_lora(self) -> bool:
+        return is_peft(self.model)
+
+    def hidden_states(self, model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """Final (normed) hidden states ``[B, L, H]`` of ``model``'s decoder."""
+        out = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        return out.last_hidden_state
+
+    def _outputs(
+        self, lm: nn.Module, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, *, values: bool
+    ) -> PolicyOutput:
+        batch, length = input_ids.shape
+        hidden = self.hidden_states(lm, input_ids, attention_mask)  # [B, L, H]
+        select = loss_mask[:, 1:] > 0  # [B, L-1] positions t-1 that predict a trained token t
+        rows = hidden[:, :-1][select]  # [N, H]
+        targets = input_ids[:, 1:][select]  # [N]
+        weight = lm.get_output_embeddings().weight  # [V, H]
+        logp, entropy = token_logprobs_entropy(
+            rows, weight, targets, impl=self.logprob_impl, temperature=self.temperature
+        )
+
+        def place(flat: Tensor) -> Tensor:  # [N] -> [B, L], shifted right by one
+            out = torch.zeros(batch, length - 1, dtype=flat.dtype, device=flat.device).masked_scatter(
+                select, flat
+            )
+            return nn.functional.pad(out, (1, 0))
+
+        value = None
+        if values and self.value_head is not None:
+            value = place(self.value_head(rows.to(self.value_head.weight.dtype)).squeeze(-1).float())
+        return PolicyOutput(logp=place(logp), entropy=place(entropy), values=value)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor) -> PolicyOutput:
+        """Log-probs, entropies (and values with a critic) of the batch's trained tokens."""
+        return self._outputs(self.lm, input_ids, attention_mask, loss_mask, values=True)
+
+    # ------------------------------------------------------------------ reference policy
+    def prepare_reference(self) -> None:
+        """Make a frozen reference available (a copy only without LoRA); call before training."""
+        if self.uses_lora or self._reference is not None:
+            return
+        reference = copy.deepcopy(self.lm)
+        reference.requires_grad_(False)
+        reference.eval()
+        # stored outside the module tree so it is not trained, saved or wrapped by engines
+        object.__setattr__(self, "_reference", reference)
+
+    @contextlib.contextmanager
+    def _reference_lm(self) -> Iterator[nn.Module]:
+        if self.uses_lora:
+            with self.model.disable_adapter():
+                yield self.lm
+            return
+        if self._reference is None:
+            raise RuntimeError("no reference policy: call prepare_reference() before training starts")
+        yield self._reference
+
+    @torch.no_grad()
+    def reference_logprobs(self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor) -> Tensor:
+        """``[B, L]`` log-probs under the reference policy (adapters off, or the frozen copy)."""
+        with self._reference_lm() as lm:
+            return self._outputs(lm, input_ids, attention_mask, loss_mask, values=False).logp
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.parameters() if p.requires_grad]
+
+
+def build_policy(model: nn.Module, config: Any) -> Policy:
+    """A :class:`Policy` from a RunConfig: LoRA when ``model.lora_rank > 0``, critic when asked."""
+    if config.model.lora_rank > 0 and not is_peft(model):
+        model = add_lora(
+            model,
+            rank=config.model.lora_rank,
+            alpha=config.model.lora_alpha,
+            targets=config.model.lora_targets,
+        )
+    if config.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        if is_peft(model):
+            model.enable_input_require_grads()
+    return Policy(
+        model,
+        critic=config.algo.critic,
+        logprob_impl=config.train.logprob_impl,
+        temperature=config.rollout.temperature,
+    )
+
+
+__all__ = ["Policy", "PolicyOutput", "add_lora", "build_policy", "is_peft"]
