@@ -352,20 +352,28 @@ class Agent:
         timeout = float(request.get("timeout", 10.0))
         notes = []
         restarted = False
+        died_note = "[python session had died since the last call; a fresh one runs this cell: earlier variables are lost]"
+        self.reap()
         proc = self.sessions.get(sid)
         if proc is not None and proc.pid in self.reaped:
             self.kill_session(sid)
             proc = None
             restarted = True
-            notes.append(
-                "[python session had died since the last call; a fresh one runs this cell: earlier variables are lost]"
-            )
+            notes.append(died_note)
         if proc is None:
             proc = self.start_session(sid)
         oom_before = oom_kill_count()
         self.oom_flag = False
         started = time.monotonic()
-        os.write(proc.req_w, (json.dumps({"code": request["code"]}) + "\n").encode())
+        message = (json.dumps({"code": request["code"]}) + "\n").encode()
+        try:
+            os.write(proc.req_w, message)
+        except BrokenPipeError:  # died a moment ago, not yet reaped
+            self.kill_session(sid)
+            proc = self.start_session(sid)
+            restarted = True
+            notes.append(died_note)
+            os.write(proc.req_w, message)
         out, err, reply = Capture(), Capture(), Capture()
         streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, proc.resp_r: reply}
 

@@ -1,0 +1,125 @@
+"""Docker-specific checks (the container's hardening as the engine reports it, the image cache, no
+leaked containers) and the ``python -m agentrl.sandboxes`` commands on both backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from agentrl.sandboxes import make_sandbox, resolve_backend
+from agentrl.sandboxes.image import apt_mirror, default_image, recipe_hash
+from sandbox_helpers import TEST_LIMITS
+
+BACKENDS = [pytest.param("docker", marks=pytest.mark.docker), pytest.param("bwrap", marks=pytest.mark.bwrap)]
+
+
+def owned_containers(pid: int) -> list[dict]:
+    from agentrl.sandboxes.docker_backend import LABEL, docker_client
+
+    return [
+        c
+        for c in docker_client().api.containers(all=True, filters={"label": LABEL})
+        if c["Labels"].get(f"{LABEL}.owner", "").endswith(f":{pid}")
+    ]
+
+
+@pytest.mark.docker
+def test_container_is_hardened_as_the_engine_reports():
+    from agentrl.sandboxes.docker_backend import docker_client
+
+    with make_sandbox("docker", **TEST_LIMITS) as box:
+        info = docker_client().api.inspect_container(box.container_id)
+    host = info["HostConfig"]
+    assert host["ReadonlyRootfs"] is True
+    assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
+    assert "no-new-privileges" in host["SecurityOpt"]
+    assert host["NetworkMode"] == "none" and info["Config"]["NetworkDisabled"] is True
+    assert host["Memory"] == TEST_LIMITS["memory_mb"] << 20 and host["MemorySwap"] == host["Memory"]
+    assert host["PidsLimit"] == TEST_LIMITS["pids"] and host["NanoCpus"] == 10**9
+    assert host["Privileged"] is False and not host.get("Binds")
+    assert set(host["Tmpfs"]) == {"/work", "/tmp"} and "size=32m" in host["Tmpfs"]["/work"]
+    assert info["Config"]["User"] == "1000:1000"
+    assert owned_containers(os.getpid()) == []  # closed means removed
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_read_only_mount_named_by_the_env(backend):
+    with tempfile.TemporaryDirectory() as shared:
+        shared_dir = Path(shared)
+        (shared_dir / "data.txt").write_text("shared data\n")
+        shared_dir.chmod(0o755)  # the sandbox's user must be able to read what the env shares
+        with make_sandbox(backend, ro_mounts={shared: "/data"}, **TEST_LIMITS) as box:
+            result = box.exec(["sh", "-c", "cat /data/data.txt; echo x > /data/new"], timeout=5)
+        assert result.stdout == "shared data\n" and "Read-only file system" in result.stderr
+        assert sorted(p.name for p in shared_dir.iterdir()) == ["data.txt"]
+
+
+@pytest.mark.docker
+def test_containers_of_a_killed_process_go_away():
+    script = "from agentrl.sandboxes import make_sandbox\nb = make_sandbox('docker'); b.start(); print('up', flush=True)\nimport time; time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "up\n"
+        assert len(owned_containers(child.pid)) == 1
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        deadline = time.monotonic() + 20
+        while owned_containers(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert owned_containers(child.pid) == []  # attach EOF -> agent exits -> auto-remove
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.docker
+def test_image_is_cached_by_recipe_hash():
+    from agentrl.sandboxes import build_image
+
+    started = time.monotonic()
+    assert build_image() == default_image() == f"agentrl-sandbox:{recipe_hash()}"
+    assert time.monotonic() - started < 5  # cached: no debootstrap
+    assert len(recipe_hash()) == 12 and recipe_hash() == recipe_hash()
+    assert apt_mirror().startswith("http")
+
+
+@pytest.mark.docker
+def test_auto_prefers_docker_when_an_engine_answers():
+    assert resolve_backend("auto") == "docker"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cli_runs_python_shell_and_sql_files(backend, tmp_path):
+    (tmp_path / "hello.py").write_text("import sys\nprint('hello', sum(range(10)))\nsys.exit(4)\n")
+    (tmp_path / "query.sql").write_text(
+        "create table t(x); insert into t values (1),(2),(3);\nselect sum(x) from t;\n"
+    )
+    (tmp_path / "spin.sh").write_text("while :; do :; done\n")
+    command = [sys.executable, "-m", "agentrl.sandboxes", "run", "--backend", backend]
+    hello = subprocess.run([*command, str(tmp_path / "hello.py")], capture_output=True, text=True)
+    assert (hello.returncode, hello.stdout) == (4, "hello 45\n"), hello.stderr
+    query = subprocess.run([*command, "--json", str(tmp_path / "query.sql")], capture_output=True, text=True)
+    result = json.loads(query.stdout)
+    assert result["stdout"] == "6\n" and result["exit_code"] == 0 and result["usage"]["wall_s"] > 0
+    spin = subprocess.run(
+        [*command, "--timeout", "1", str(tmp_path / "spin.sh")], capture_output=True, text=True
+    )
+    assert spin.returncode == 137 and "timed out" in spin.stderr
+    missing = subprocess.run([*command, str(tmp_path / "missing.py")], capture_output=True, text=True)
+    assert missing.returncode == 2 and "error:" in missing.stderr
+
+
+def test_cli_help_lists_the_commands():
+    out = subprocess.run(
+        [sys.executable, "-m", "agentrl.sandboxes", "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and all(word in out.stdout for word in ("build", "run", "clean"))
+    assert textwrap.dedent(out.stdout)
