@@ -162,3 +162,25 @@ def test_shaping_helpers():
     assert keep.tolist() == [False, False, False, True, True, True, False, False]
     rows = shaping.rollout_row_mask(torch.tensor([True, False]), torch.tensor([0, 1, 1]), torch.ones(3, 2))
     assert rows.tolist() == [[True, True], [False, False], [False, False]]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_every_entry_runs_on_cuda_and_matches_cpu():
+    batch = _batch()
+    cuda = {k: (v.detach().cuda().requires_grad_(v.requires_grad) if v.is_floating_point() else v.cuda())
+            for k, v in batch.items()}  # fmt: skip
+    for name in ADVANTAGES.names():
+        cpu_adv, _ = ADVANTAGES.get(name).from_batch(batch)
+        gpu_adv, _ = ADVANTAGES.get(name).from_batch(cuda)
+        torch.testing.assert_close(gpu_adv.cpu(), cpu_adv, rtol=0, atol=1e-9)
+    adv_cpu, ret_cpu = ADVANTAGES.get("gae").from_batch(batch)
+    adv_gpu, ret_gpu = ADVANTAGES.get("gae").from_batch(cuda)
+    for name in ("ppo_clip", "turn_ppo", "gspo", "drgrpo", "clip_bias_norm"):
+        want, _ = LOSSES.get(name).from_batch(batch, adv_cpu)
+        got, _ = LOSSES.get(name).from_batch(cuda, adv_gpu)
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=1e-9)
+    got, _ = LOSSES.get("value").from_batch(cuda, ret_gpu)
+    torch.testing.assert_close(
+        got.cpu(), LOSSES.get("value").from_batch(batch, ret_cpu)[0], rtol=0, atol=1e-9
+    )
