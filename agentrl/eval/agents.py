@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -106,18 +107,27 @@ class RandomAgent:
     """Random well-formed actions: a tool call with arguments drawn from the text seen so far, or an answer.
 
     Args:
-        tools: the env's tool schemas (``env.unwrapped.tools``).
+        tools: the env's tool schemas, or a function returning them (called at each reset, since an
+            env's tools may depend on the task, e.g. query_sqlite only with a SQLite attachment).
         seed: RNG seed; the same seed and observations give the same actions.
         answer_prob: chance that a turn gives a final answer instead of calling a tool.
     """
 
-    def __init__(self, tools: list[dict[str, Any]], seed: int, answer_prob: float = 0.25):
-        self.tools = tools
+    def __init__(
+        self,
+        tools: list[dict[str, Any]] | Callable[[], list[dict[str, Any]]],
+        seed: int,
+        answer_prob: float = 0.25,
+    ):
+        self._tools_source = tools
+        self.tools: list[dict[str, Any]] = [] if callable(tools) else list(tools)
         self.rng = np.random.default_rng(seed)
         self.answer_prob = answer_prob
         self.words: list[str] = []
 
     def reset(self, task: Task) -> None:
+        if callable(self._tools_source):
+            self.tools = list(self._tools_source())
         self.words = _WORD_RE.findall(task.question) or ["unknown"]
 
     def _words(self, n: int) -> str:

@@ -200,7 +200,7 @@ def run_scripted(
 
 def scripted_factory(spec: AgentSpec, suite: Suite) -> Callable[[Any, Job], ScriptedAgent]:
     if spec.kind == "random":
-        return lambda env, job: RandomAgent(env.unwrapped.tools, seed=job.seed)
+        return lambda env, job: RandomAgent(lambda: env.unwrapped.tools, seed=job.seed)
     oracle_cls = load_oracle(suite.oracle, suite.name)
     return lambda env, job: OracleAdapter(oracle_cls())
 
