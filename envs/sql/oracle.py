@@ -1,0 +1,70 @@
+"""A scripted SQL agent that knows the gold query and solves tasks through the env's real tools.
+
+Turns: ``list_tables()``, ``describe(<first table of the gold query>)``, ``query(<gold SQL>)``, then the
+answer: for half the tasks (by a stable hash of the id) the gold SQL itself, for the other half the
+values read back from the query observation as a JSON list of rows. It exercises the sandbox, the
+guard, the observation format and both answer forms.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from agentrl.env import Task
+
+_FROM = re.compile(r"\bFROM\s+([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
+
+
+def call(name: str, **arguments: str) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def rows_from_observation(observation: str) -> list[list[str | None]] | None:
+    """Rows of a ``query`` observation (None when it is cut or a cell could be ambiguous)."""
+    lines = observation.splitlines()
+    if len(lines) < 2 or not re.fullmatch(r"\(\d+ rows?\)", lines[-1]):
+        return None
+    n_cols = len(lines[0].split(" | "))
+    rows = []
+    for line in lines[1:-1]:
+        cells = line.split(" | ")
+        if len(cells) != n_cols:
+            return None
+        rows.append([None if c == "NULL" else c for c in cells])
+    return rows
+
+
+class SQLOracle:
+    """``reset(task)`` then ``act(observation) -> action text`` until the episode ends."""
+
+    def __init__(self, answer_form: str = "mixed"):
+        if answer_form not in ("mixed", "sql", "values"):
+            raise ValueError(f"answer_form must be mixed, sql or values; got {answer_form!r}")
+        self.answer_form = answer_form
+        self.task: Task | None = None
+        self.turn = 0
+
+    def reset(self, task: Task) -> None:
+        self.task = task
+        self.turn = 0
+
+    def act(self, observation: str) -> str:
+        assert self.task is not None, "call reset(task) first"
+        gold_sql = self.task.payload["gold_sql"]
+        self.turn += 1
+        if self.turn == 1:
+            return "Let me look at the tables.\n" + call("list_tables")
+        if self.turn == 2:
+            found = _FROM.search(gold_sql)
+            return call("describe", table=found.group(1) if found else "")
+        if self.turn == 3:
+            return call("query", sql=gold_sql)
+        form = self.answer_form
+        if form == "mixed":
+            form = "sql" if int(hashlib.sha256(self.task.id.encode()).hexdigest()[:4], 16) % 2 else "values"
+        rows = rows_from_observation(observation) if form == "values" else None
+        if rows is None:
+            return f"<answer>{gold_sql}</answer>"
+        return f"<answer>{json.dumps(rows)}</answer>"

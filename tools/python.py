@@ -1,0 +1,197 @@
+"""The ``python`` tool: a stateful interpreter inside a sandbox, plus the per-episode sandbox slot.
+
+``SandboxSlot`` leases one sandbox from a process-wide pool on first use and gives it back at the end
+of the episode (the pool resets it), so many envs share a few warm sandboxes. The python tool runs each
+call as a cell of :class:`agentrl.sandboxes.PythonSession`: variables persist across calls; stdout,
+stderr and tracebacks come back cut to ``max_output_chars`` with a note; a timeout, an out-of-memory
+kill or a crash becomes an ``Error: ...`` observation that says whether earlier variables survived.
+
+Threat model: the model's code runs only inside the sandbox (no network, read-only root, limits on
+memory, processes and CPU, see ``agentrl.sandboxes``); nothing here evaluates model text on the host.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+import time
+from typing import Any
+
+from agentrl.tools.base import Tool, ToolResult, tool
+
+from agentrl.errors import SandboxError, ToolError
+
+DEFAULT_POOL_SIZE = 4
+_POOLS: dict[tuple[Any, ...], Any] = {}
+_POOL_FAILURES: dict[tuple[Any, ...], tuple[float, str]] = {}
+_POOLS_LOCK = threading.Lock()
+FAILURE_RETRY_S = 30.0  # a backend that failed to start is not retried on every call
+
+
+def shared_pool(backend: str = "auto", size: int = DEFAULT_POOL_SIZE, **limits: Any) -> Any:
+    """The process-wide :class:`agentrl.sandboxes.SandboxPool` for ``backend`` and ``limits``.
+
+    Raises:
+        SandboxError: no sandbox backend can start here (the message says why and how to fix it).
+    """
+    key = (backend, size, tuple(sorted((k, repr(v)) for k, v in limits.items())))
+    with _POOLS_LOCK:
+        if key in _POOLS:
+            return _POOLS[key]
+        failed = _POOL_FAILURES.get(key)
+        if failed and time.monotonic() - failed[0] < FAILURE_RETRY_S:
+            raise SandboxError(failed[1])
+        try:
+            from agentrl.sandboxes import SandboxPool, resolve_backend
+
+            resolved = resolve_backend(backend)  # fails fast (and is remembered) without any backend
+            pool = SandboxPool(backend=resolved, size=size, prewarm=False, **limits)
+        except (SandboxError, ImportError, ValueError) as exc:
+            message = (
+                f"no sandbox is available (backend {backend!r}: {exc}). Install Docker or bubblewrap "
+                "(apt-get install bubblewrap) so code can run"
+            )
+            _POOL_FAILURES[key] = (time.monotonic(), message)
+            raise SandboxError(message) from exc
+        _POOLS[key] = pool
+        return pool
+
+
+@atexit.register
+def close_shared_pools() -> None:
+    """Close every shared pool (their sandboxes too). Safe to call twice."""
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+        _POOLS.clear()
+    for pool in pools:
+        pool.close()
+
+
+class SandboxSlot:
+    """One episode's sandbox: leased from the shared pool on first use, returned by :meth:`release`.
+
+    Args:
+        backend: ``"auto"``, ``"docker"`` or ``"bwrap"``.
+        pool_size: size of the shared pool this slot leases from.
+        lease_timeout_s: how long to wait for a free sandbox before the call fails.
+        **limits: sandbox limits (``memory_mb``, ``pids``, ``cpus`` ...).
+    """
+
+    def __init__(
+        self,
+        backend: str = "auto",
+        pool_size: int = DEFAULT_POOL_SIZE,
+        lease_timeout_s: float = 120.0,
+        **limits: Any,
+    ):
+        self.backend = backend
+        self.pool_size = pool_size
+        self.lease_timeout_s = lease_timeout_s
+        self.limits = limits
+        self._stack: contextlib.ExitStack | None = None
+        self._sandbox: Any = None
+        self.sandbox_seconds = 0.0  # wall time spent in sandbox calls this episode
+        self.lease_seconds = 0.0  # time spent waiting for / starting a sandbox
+
+    def get(self) -> Any:
+        """The leased sandbox (leasing one now if needed).
+
+        Raises:
+            SandboxError: no backend, or no sandbox free within ``lease_timeout_s``.
+        """
+        if self._sandbox is None:
+            start = time.perf_counter()
+            pool = shared_pool(self.backend, self.pool_size, **self.limits)
+            stack = contextlib.ExitStack()
+            self._sandbox = stack.enter_context(pool.lease(timeout=self.lease_timeout_s))
+            self._stack = stack
+            self.lease_seconds += time.perf_counter() - start
+        return self._sandbox
+
+    @property
+    def leased(self) -> bool:
+        return self._sandbox is not None
+
+    def release(self) -> None:
+        """Give the sandbox back (the pool resets it). Safe to call twice."""
+        stack, self._stack, self._sandbox = self._stack, None, None
+        if stack is not None:
+            stack.close()
+
+
+def cut_middle(text: str, max_chars: int) -> str:
+    """Keep the head and tail of ``text`` within ``max_chars`` and say how much was cut."""
+    if len(text) <= max_chars:
+        return text
+    head = max_chars * 2 // 3
+    tail = max_chars - head
+    return f"{text[:head]}\n[... {len(text) - max_chars} characters cut ...]\n{text[-tail:]}"
+
+
+def format_cell(result: Any, *, timeout_s: float, memory_mb: int | None, max_output_chars: int) -> str:
+    """Observation text of one interpreter cell; raises ToolError for timeouts, OOM and crashes."""
+    parts = []
+    if result.stdout.strip():
+        parts.append(result.stdout.rstrip("\n"))
+    if result.stderr.strip():
+        parts.append(result.stderr.rstrip("\n"))
+    output = cut_middle("\n".join(parts), max_output_chars)
+    lost = (
+        " The interpreter was restarted: variables from earlier calls are gone."
+        if result.restarted
+        else " Variables from earlier calls are kept."
+    )
+    partial = f"\nOutput before it stopped:\n{output}" if output else ""
+    if result.timed_out:
+        raise ToolError(f"the code ran longer than the {timeout_s:g} s limit and was stopped.{lost}{partial}")
+    if result.oom_killed:
+        limit = f" ({memory_mb} MB)" if memory_mb else ""
+        raise ToolError(f"the code ran out of memory{limit} and was stopped.{lost}{partial}")
+    if result.restarted:
+        raise ToolError(f"the interpreter crashed (exit code {result.exit_code}).{lost}{partial}")
+    return output if output else "[no output: print() the values you want to see]"
+
+
+def make_python_tool(
+    slot: SandboxSlot,
+    *,
+    timeout_s: float = 10.0,
+    max_output_chars: int = 4000,
+    session_name: str = "agent",
+) -> Tool:
+    """Build the ``python`` tool bound to one episode's sandbox slot."""
+
+    def python(code: str) -> ToolResult:
+        """Run Python code in a persistent interpreter (variables, imports and functions stay defined
+        between calls). Use print() to see values; the value of a final bare expression is shown too.
+        Only the standard library is available (math, fractions, itertools, datetime, statistics ...).
+
+        Args:
+            code: Python source to run.
+        """
+        if not code.strip():
+            raise ToolError("the code is empty; pass Python source in the 'code' argument")
+        start = time.perf_counter()
+        try:
+            session = slot.get().python_session(session_name)
+            result = session.run(code, timeout=timeout_s)
+        finally:
+            slot.sandbox_seconds += time.perf_counter() - start
+        text = format_cell(
+            result,
+            timeout_s=timeout_s,
+            memory_mb=slot.limits.get("memory_mb"),
+            max_output_chars=max_output_chars,
+        )
+        usage = result.usage
+        return ToolResult(
+            text,
+            usage={
+                "wall_s": usage.wall_s,
+                "cpu_s": usage.cpu_s,
+                "peak_mem_bytes": float(usage.peak_mem_bytes),
+            },
+        )
+
+    return tool(python)
