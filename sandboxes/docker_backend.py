@@ -243,6 +243,31 @@ class DockerSandbox(AgentSandbox):
                 raise SandboxError(f"could not remove sandbox container {container_id[:12]}: {exc}") from exc
 
 
+def one_shot_container(argv: list[str], image: str | None = None, memory_mb: int = 512) -> bytes:
+    """Run ``argv`` in a brand-new hardened container and remove it (the cold path benchmarks compare)."""
+    client = docker_client()
+    return client.containers.run(
+        image or default_image(),
+        argv,
+        remove=True,
+        network_disabled=True,
+        network_mode="none",
+        read_only=True,
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+        mem_limit=f"{memory_mb}m",
+        pids_limit=64,
+        nano_cpus=10**9,
+        labels={LABEL: "1"},
+    )
+
+
+def engine_exec(sandbox: DockerSandbox, argv: list[str]) -> bytes:
+    """Run ``argv`` through the engine's own exec API in ``sandbox``'s container (no agent), for comparison."""
+    return docker_client().containers.get(sandbox.container_id).exec_run(argv).output
+
+
 def remove_all_sandboxes() -> int:
     """Force-remove every agentrl sandbox container on the engine (cleanup after crashes)."""
     import docker.errors

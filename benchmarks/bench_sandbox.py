@@ -1,0 +1,139 @@
+"""Sandbox latency and throughput, each beside plain ``subprocess`` measured in the same run.
+
+Rows: cold start (a fresh hardened container running ``print(1)``; a fresh agent sandbox), warm
+``exec`` p50/p95 of ``print(1)``, the stateful interpreter's round trip, the engine's own
+``exec_run`` for comparison, and execs/s with a pool of N sandboxes driven by N threads.
+Targets (issue 3): warm p50 within 3x of subprocess and at least 10x faster than a cold container.
+
+    python benchmarks/bench_sandbox.py [--quick] [--json PATH] [--backends docker,bwrap]
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agentrl.sandboxes import SandboxPool, make_sandbox  # noqa: E402
+from common import Row, median, parser, percentile, print_table, write_json  # noqa: E402
+
+PRINT1 = ["python3", "-c", "print(1)"]
+# The baseline runs the same interpreter build as the sandboxes (Debian's), never a shim: a pyenv
+# shim alone costs ~400 ms here and would flatter every ratio.
+HOST_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+HOST_PRINT1 = [HOST_PYTHON, "-c", "print(1)"]
+
+
+def timed(fn, repeat: int) -> list[float]:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def subprocess_print1() -> None:
+    subprocess.run(HOST_PRINT1, capture_output=True, check=True)
+
+
+def throughput(fn_per_worker, workers: int, seconds: float) -> float:
+    """Calls per second when ``workers`` threads each call their own function for ``seconds``."""
+    counts = [0] * workers
+    stop = time.monotonic() + seconds
+
+    def loop(index: int) -> None:
+        fn = fn_per_worker(index)
+        while time.monotonic() < stop:
+            fn()
+            counts[index] += 1
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(workers)]
+    start = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(counts) / (time.monotonic() - start)
+
+
+def bench_backend(backend: str, quick: bool, sub_p50: float, sub_rate: dict[int, float]) -> list[Row]:
+    repeat = 10 if quick else 40
+    rows: list[Row] = []
+    base = ("subprocess print(1) p50", sub_p50)
+
+    def cold() -> None:
+        with make_sandbox(backend) as box:
+            box.exec(PRINT1, timeout=30)
+
+    cold_times = timed(cold, 3 if quick else 8)
+    rows.append(Row(f"{backend}: cold sandbox (start+exec+close) p50", median(cold_times) * 1e3, "ms", *base))
+    if backend == "docker":
+        from agentrl.sandboxes.docker_backend import one_shot_container
+
+        one_shot = timed(lambda: one_shot_container(PRINT1), 3 if quick else 8)
+        rows.append(Row("docker: cold container run --rm print(1) p50", median(one_shot) * 1e3, "ms", *base))
+    cold_ref = median(one_shot) if backend == "docker" else median(cold_times)
+
+    with make_sandbox(backend) as box:
+        warm = timed(lambda: box.exec(PRINT1, timeout=30), repeat)
+        p50 = median(warm)
+        note = f"cold/warm = {cold_ref / p50:.1f}x"
+        rows.append(Row(f"{backend}: warm exec print(1) p50", p50 * 1e3, "ms", *base, note=note))
+        rows.append(Row(f"{backend}: warm exec print(1) p95", percentile(warm, 95) * 1e3, "ms", *base))
+        session = box.python_session()
+        session.run("x = 0")
+        cells = timed(lambda: session.run("x += 1\nx"), repeat * 3)
+        rows.append(Row(f"{backend}: interpreter round trip p50", median(cells) * 1e3, "ms", *base))
+        rows.append(Row(f"{backend}: interpreter round trip p95", percentile(cells, 95) * 1e3, "ms", *base))
+        if backend == "docker":
+            from agentrl.sandboxes.docker_backend import engine_exec
+
+            raw = timed(lambda: engine_exec(box, PRINT1), repeat // 2)
+            rows.append(
+                Row("docker: engine exec_run print(1) p50 (no agent)", median(raw) * 1e3, "ms", *base)
+            )
+
+    for size, rate in sub_rate.items():
+        with SandboxPool(backend, size=size) as pool:
+            leases = [pool.lease() for _ in range(size)]
+            boxes = [lease.__enter__() for lease in leases]
+            calls = [functools.partial(box.exec, PRINT1, timeout=30) for box in boxes]
+            execs = throughput(lambda i, calls=calls: calls[i], size, 2.0 if quick else 5.0)
+            for lease in leases:
+                lease.__exit__(None, None, None)
+        rows.append(
+            Row(f"{backend}: execs/s, pool of {size}", execs, "exec/s", f"subprocess x{size} threads", rate)
+        )
+    return rows
+
+
+def main() -> None:
+    args_parser = parser(__doc__.splitlines()[0])
+    args_parser.add_argument("--backends", default="docker,bwrap", help="comma-separated backends to measure")
+    args = args_parser.parse_args()
+    sizes = (1, 2) if args.quick else (1, 2, 4)
+    sub = timed(subprocess_print1, 10 if args.quick else 40)
+    rows = [
+        Row("subprocess print(1) p50", median(sub) * 1e3, "ms"),
+        Row("subprocess print(1) p95", percentile(sub, 95) * 1e3, "ms"),
+    ]
+    sub_rate = {n: throughput(lambda i: subprocess_print1, n, 2.0 if args.quick else 5.0) for n in sizes}
+    for n, rate in sub_rate.items():
+        rows.append(Row(f"subprocess execs/s, {n} threads", rate, "exec/s"))
+    for backend in args.backends.split(","):
+        rows += bench_backend(backend.strip(), args.quick, median(sub), sub_rate)
+    for row in rows:  # baselines are in ms; keep the ratio meaningful
+        if row.unit == "ms" and row.baseline_value is not None:
+            row.baseline_value *= 1e3
+    print_table(rows, "sandbox latency and throughput")
+    write_json(args.json_path, "sandbox", rows, args.quick)
+
+
+if __name__ == "__main__":
+    main()
