@@ -96,6 +96,17 @@ def test_gae_matches_reference_loop_long_rows():
         close(ret, torch.where(mask, adv + values, torch.zeros_like(adv)), tol=1e-12)
 
 
+def test_gae_gradcheck_through_blocked_scan():
+    # the blocked reverse scan is differentiable (one matmul per block plus a carry)
+    gen = torch.Generator().manual_seed(9)
+    # 150 tokens = 2 blocks of 128, so the carry across blocks is exercised
+    rewards = torch.randn(1, 150, generator=gen, dtype=F64)
+    values = torch.randn(1, 150, generator=gen, dtype=F64).requires_grad_(True)
+    mask = torch.rand(1, 150, generator=gen) < 0.95  # > 128 valid tokens
+    fn = lambda v: A.gae(rewards, v, mask, gamma=0.97, lam=0.9)[0]  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (values,), fast_mode=True)
+
+
 # ----------------------------------------------------------------------------- IGPO
 
 

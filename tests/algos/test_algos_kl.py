@@ -86,3 +86,12 @@ def test_monte_carlo_gradient_matches_divergence(kind):
     for other, g_other in analytic.items():
         if other != kind:
             assert ((g_mc - g_other).abs() > 5 * stderr).any()
+
+
+def test_gradcheck_kl_float64():
+    gen = torch.Generator().manual_seed(3)
+    logp = torch.randn(2, 4, generator=gen, dtype=F64).requires_grad_(True)
+    ref = torch.randn(2, 4, generator=gen, dtype=F64)
+    mask = torch.tensor([[1, 1, 0, 1], [0, 1, 1, 1]])
+    for kind in ("k1", "k2", "k3"):
+        assert torch.autograd.gradcheck(lambda lp, k=kind: kl(lp, ref, k, mask=mask), (logp,))

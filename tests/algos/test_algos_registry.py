@@ -42,7 +42,7 @@ def _batch(seed=0):
         "old_logp": old,
         "ref_logp": old + 0.05,
         "entropy": torch.rand(b, length, generator=gen, dtype=F64),
-        "values": torch.randn(b, length, generator=gen, dtype=F64),
+        "values": torch.randn(b, length, generator=gen, dtype=F64).requires_grad_(True),
         "old_values": torch.randn(b, length, generator=gen, dtype=F64),
         "token_rewards": torch.zeros(b, length, dtype=F64).index_put_((torch.arange(b), torch.tensor([6, 6, 6, 3])),
                                                                   torch.tensor([1.0, 0.0, 1.0, 0.5], dtype=F64)),
@@ -50,7 +50,7 @@ def _batch(seed=0):
         "outcome": torch.tensor([1.0, 0.0, 1.0, 0.5], dtype=F64),
         "group_id": torch.tensor([0, 0, 1, 1]),
         "finished": torch.tensor([True, True, False, True]),
-        "gt_logprob": torch.randn(b, 3, generator=gen, dtype=F64),
+        "gt_logprob": torch.randn(b, 3, generator=gen, dtype=F64).requires_grad_(True),
         "step_reward": torch.rand(b, 2, generator=gen, dtype=F64),
         "anchor_id": torch.tensor([[1, 2], [1, 3], [1, 2], [1, 4]]),
     }  # fmt: skip
@@ -77,7 +77,7 @@ def test_estimators_from_batch_match_raw_functions():
     }
     for name, want in expected.items():
         adv, returns = ADVANTAGES.get(name).from_batch(batch)
-        assert adv.shape == (4, 8) and not adv.requires_grad
+        assert adv.shape == (4, 8) and not adv.requires_grad  # no graph even from inputs with grad
         torch.testing.assert_close(adv, torch.where(mask, want, torch.zeros_like(want)), rtol=0, atol=1e-12)
         assert (adv[~mask] == 0).all()
         assert (returns is not None) == (name == "gae")
