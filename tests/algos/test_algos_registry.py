@@ -184,3 +184,20 @@ def test_every_entry_runs_on_cuda_and_matches_cpu():
     torch.testing.assert_close(
         got.cpu(), LOSSES.get("value").from_batch(batch, ret_cpu)[0], rtol=0, atol=1e-9
     )
+
+
+def test_supo_unfinished_rollout_rows_contribute_exactly_zero():
+    # rollout 1 (rows 1, 2: two summary segments) hit the limit unfinished: its rows leave the loss
+    # mask, so neither the policy loss nor the KL term sends it any gradient
+    batch = _batch(3)
+    row_rollout = torch.tensor([0, 1, 1, 2])
+    finished = torch.tensor([True, False, True])
+    outcome, group = torch.tensor([1.0, 0.0, 0.5], dtype=F64), torch.tensor([0, 0, 0])
+    adv = A.supo(outcome, group, finished)[row_rollout][:, None].expand(4, 8)
+    mask = shaping.rollout_row_mask(finished, row_rollout, batch["loss_mask"])
+    logp = batch["logp"]
+    loss, _ = Lo.ppo_clip(logp, batch["old_logp"], adv, mask, agg="seq-mean-token-mean", seq_id=row_rollout)
+    loss = loss + 0.1 * Lo.agg_loss(algos.kl.kl(logp, batch["ref_logp"], "k3", mask=mask), mask)
+    (g,) = torch.autograd.grad(loss, logp)
+    assert (g[1:3] == 0).all()
+    assert (g[0][batch["loss_mask"][0]] != 0).all() and (g[3][batch["loss_mask"][3]] != 0).all()
