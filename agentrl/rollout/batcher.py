@@ -1,0 +1,115 @@
+"""Request batching: many concurrent single-prompt requests become one batched ``generate`` call.
+
+Episodes (and HTTP clients of ``agentrl serve``) each ask for one continuation at a time; the
+:class:`Batcher` collects the requests that arrive while the generator is busy (or within a short
+window), groups them by sampling parameters and runs one batched call in a worker thread, so the
+event loop stays free for environment steps, the watchdog and the progress display.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams
+
+
+@dataclass
+class _Request:
+    prompt: Sequence[int]
+    sampling: SamplingParams
+    future: asyncio.Future = field(repr=False)
+
+
+class Batcher:
+    """Batches concurrent ``submit`` calls into ``generator.generate`` calls.
+
+    Also measures how long the generator was busy, so callers can report the share of wall time
+    it sat idle (e.g. waiting for environments).
+    """
+
+    def __init__(self, generator: Generator, *, max_batch_size: int | None = None, window_s: float = 0.002):
+        self.generator = generator
+        self.max_batch_size = max_batch_size or generator.max_batch_size
+        self.window_s = window_s
+        self._queue: asyncio.Queue[_Request] | None = None
+        self._task: asyncio.Task | None = None
+        self.busy_s = 0.0
+        self.calls = 0
+        self.requests = 0
+        self.generated_tokens = 0
+        self.started_at: float | None = None
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._queue = asyncio.Queue()
+            self._task = asyncio.create_task(self._loop(), name="agentrl-batcher")
+            self.started_at = time.perf_counter()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def submit(self, prompt: Sequence[int], sampling: SamplingParams) -> GenerationOutput:
+        """Queue one prompt and wait for its continuation."""
+        await self.start()
+        assert self._queue is not None
+        future = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Request(prompt, sampling, future))
+        return await future
+
+    def idle_share(self, wall_s: float | None = None) -> float:
+        """Fraction of wall time (since start) the generator was not running a batch."""
+        if self.started_at is None:
+            return 0.0
+        wall = wall_s if wall_s is not None else time.perf_counter() - self.started_at
+        return max(0.0, 1.0 - self.busy_s / wall) if wall > 0 else 0.0
+
+    async def _loop(self) -> None:
+        assert self._queue is not None
+        while True:
+            first = await self._queue.get()
+            pending = [first]
+            if self.window_s > 0:
+                await asyncio.sleep(self.window_s)
+            while not self._queue.empty() and len(pending) < self.max_batch_size * 4:
+                pending.append(self._queue.get_nowait())
+            groups: dict[SamplingParams, list[_Request]] = {}
+            for request in pending:
+                groups.setdefault(request.sampling, []).append(request)
+            for sampling, requests in groups.items():
+                for start in range(0, len(requests), self.max_batch_size):
+                    await self._run(sampling, requests[start : start + self.max_batch_size])
+
+    async def _run(self, sampling: SamplingParams, requests: list[_Request]) -> None:
+        live = [r for r in requests if not r.future.done()]  # cancelled episodes drop out
+        if not live:
+            return
+        t0 = time.perf_counter()
+        try:
+            outputs = await self.generator.agenerate([r.prompt for r in live], sampling)
+        except asyncio.CancelledError:
+            for r in live:
+                if not r.future.done():
+                    r.future.cancel()
+            raise
+        except Exception as exc:  # noqa: BLE001 - handed to every waiting episode, which records it
+            for r in live:
+                if not r.future.done():
+                    r.future.set_exception(exc)
+            return
+        finally:
+            self.busy_s += time.perf_counter() - t0
+            self.calls += 1
+            self.requests += len(live)
+        for request, output in zip(live, outputs, strict=True):
+            self.generated_tokens += len(output.ids)
+            if not request.future.done():
+                request.future.set_result(output)

@@ -1,0 +1,164 @@
+"""The generator interface: token ids in, token ids + sampler log-probs (+ entropy) out.
+
+Every backend (Hugging Face transformers, vLLM, an OpenAI-compatible server) implements
+:meth:`Generator.generate`; backends that can run a teacher-forced pass also implement
+:meth:`Generator.score` (IGPO's ground-truth confidence, ALGORITHMS.md §1.1).
+
+Log-prob convention (all backends): ``logprobs[i]`` is ``log softmax(logits / T)`` of the taken
+token ``ids[i]`` under the temperature-scaled distribution (before top-p/top-k truncation), with
+``T = 1`` for greedy decoding. ``entropy[i]`` is the Shannon entropy of that same distribution.
+This is what the learner recomputes, so an on-policy ratio is exactly 1 up to numerics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl.errors import ConfigError, GeneratorError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one assistant turn."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    stop_ids: tuple[int, ...] = ()  # extra stop ids; the generator always stops on its EOS ids
+    seed: int | None = None
+    return_entropy: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ConfigError("rollout.max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
+        if not 0.0 <= self.temperature <= 5.0:
+            raise ConfigError("rollout.temperature", f"must be in [0, 5], got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError("rollout.top_p", f"must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def scale(self) -> float:
+        """The temperature that divides the logits (1 for greedy)."""
+        return 1.0 if self.greedy else self.temperature
+
+
+@dataclass
+class GenerationOutput:
+    """One sampled continuation."""
+
+    ids: list[int]
+    logprobs: list[float]
+    entropy: list[float] | None = None
+    finish_reason: str = "stop"  # "stop" (an EOS/stop id, included in ids) | "length"
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.logprobs):
+            raise GeneratorError(f"{len(self.ids)} ids but {len(self.logprobs)} logprobs")
+        if self.entropy is not None and len(self.entropy) != len(self.ids):
+            raise GeneratorError(f"{len(self.ids)} ids but {len(self.entropy)} entropies")
+
+
+class Generator(ABC):
+    """A generation backend. Implementations must be safe to call from one thread at a time."""
+
+    #: Registry name of the backend.
+    name: str = "base"
+    #: Whether ``generate`` can return per-token entropy.
+    supports_entropy: bool = False
+    #: Whether ``score`` is implemented.
+    supports_score: bool = False
+    #: Requests per batch the backend handles well (the runner batches up to this many).
+    max_batch_size: int = 32
+
+    @abstractmethod
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:
+        """Sample one continuation per prompt (a batch of token-id lists)."""
+
+    async def agenerate(
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams
+    ) -> list[GenerationOutput]:
+        """Async form; by default runs :meth:`generate` in a worker thread."""
+        return await asyncio.to_thread(self.generate, prompts, sampling)
+
+    def score(
+        self, contexts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], *, temperature: float = 1.0
+    ) -> list[list[float]]:
+        """Teacher-forced log-prob of each target token after its context (no gradient).
+
+        Returns, per pair, ``log p(target[j] | context, target[:j])`` for every j.
+        """
+        raise GeneratorError(f"the {self.name} generator cannot score; use the hf backend for IGPO scoring")
+
+    def score_mean(
+        self, contexts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], *, temperature: float = 1.0
+    ) -> list[float]:
+        """Length-normalised target log-prob per pair (IGPO's ``s_{i,t}``)."""
+        out = []
+        for lp in self.score(contexts, targets, temperature=temperature):
+            out.append(sum(lp) / len(lp) if lp else -math.inf)
+        return out
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        """Load new policy weights (name, tensor) in place."""
+        raise GeneratorError(f"the {self.name} generator cannot take weight updates")
+
+    def close(self) -> None:
+        """Release resources (servers, clients); the default holds none."""
+        return None
+
+
+def check_prompts(prompts: Sequence[Sequence[int]], vocab_size: int | None = None) -> None:
+    """Raise a clear error on empty prompts or ids outside the vocabulary."""
+    for i, prompt in enumerate(prompts):
+        if len(prompt) == 0:
+            raise GeneratorError(f"prompt {i} is empty")
+        if vocab_size is not None:
+            bad = [t for t in prompt if not 0 <= int(t) < vocab_size]
+            if bad:
+                raise GeneratorError(
+                    f"prompt {i} has ids outside the vocabulary (size {vocab_size}): {bad[:5]}"
+                )
+
+
+def make_generator(
+    backend: str = "hf",
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    model_name: str = "smollm2-135m",
+    dtype: str = "float32",
+    adapter: str | None = None,
+    base_url: str | None = None,
+    **kwargs: Any,
+) -> Generator:
+    """Build a generator by backend name (``hf`` | ``vllm`` | ``openai``).
+
+    ``hf`` uses ``model``/``tokenizer`` when given (e.g. the learner's live model), else loads
+    ``model_name``. ``openai`` needs ``base_url``. ``vllm`` loads ``model_name`` itself.
+    """
+    import agentrl.rollout  # noqa: F401  (registers the backends)
+    from agentrl.registry import GENERATORS
+
+    cls = GENERATORS.get(backend, field="rollout.backend")
+    if backend == "hf":
+        if model is None:
+            from agentrl.rollout.model import load_model
+
+            model, tokenizer = load_model(model_name, dtype=dtype, adapter=adapter)
+        return cls(model, tokenizer, **kwargs)
+    if backend == "openai":
+        if not base_url:
+            raise ConfigError("rollout.base_url", "is required with backend=openai", "set rollout.base_url")
+        return cls(base_url, model=model_name, **kwargs)
+    return cls(model_name, dtype=dtype, **kwargs)

@@ -1,0 +1,169 @@
+"""Generator over any OpenAI-compatible completions server (vLLM, ``agentrl serve``) via httpx.
+
+Token ids go in (``prompt`` as a list of ids) and come back (``return_token_ids`` /
+``return_tokens_as_token_ids``, vLLM's conventions), so nothing is re-tokenized. Each prompt is
+one request; a semaphore caps requests in flight; transport errors, 429 and 5xx answers are
+retried with exponential backoff; 4xx answers fail at once with the server's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from agentrl.errors import GeneratorError
+from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams, check_prompts
+
+RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+def parse_choice(choice: dict[str, Any]) -> GenerationOutput:
+    """Token ids, log-probs (and entropy when given) of one completion choice."""
+    logprobs = choice.get("logprobs") or {}
+    token_logprobs = logprobs.get("token_logprobs")
+    ids = choice.get("token_ids")
+    if ids is None:
+        tokens = logprobs.get("tokens") or []
+        if not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+            raise GeneratorError(
+                "the server returned tokens as text, not ids; it must support return_token_ids or "
+                "return_tokens_as_token_ids (vLLM >= 0.5, agentrl serve)"
+            )
+        ids = [int(t.split(":", 1)[1]) for t in tokens]
+    if token_logprobs is None or len(token_logprobs) != len(ids):
+        raise GeneratorError(
+            f"the server returned {len(ids)} token ids but "
+            f"{'no' if token_logprobs is None else len(token_logprobs)} log-probs; request logprobs=0"
+        )
+    return GenerationOutput(
+        ids=[int(t) for t in ids],
+        logprobs=[float(x) if x is not None else 0.0 for x in token_logprobs],
+        entropy=[float(x) for x in choice["entropy"]] if choice.get("entropy") is not None else None,
+        finish_reason=choice.get("finish_reason") or "stop",
+    )
+
+
+class OpenAIGenerator(Generator):
+    """Completions client with token ids in and out."""
+
+    name = "openai"
+    supports_entropy = False  # only when the server sends it (agentrl serve does)
+    supports_score = False
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        connect_timeout_s: float = 10.0,
+        max_retries: int = 4,
+        backoff_s: float = 0.5,
+        concurrency: int = 32,
+        extra_body: dict[str, Any] | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.concurrency = concurrency
+        self.max_batch_size = concurrency
+        self.extra_body = dict(extra_body or {})
+        self.retries = 0  # retried attempts so far (observability, tests)
+        self._clients: dict[int, tuple[httpx.AsyncClient, asyncio.Semaphore]] = {}
+
+    def _client(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        key = id(loop)
+        if key not in self._clients:
+            limits = httpx.Limits(
+                max_connections=self.concurrency, max_keepalive_connections=self.concurrency
+            )
+            client = httpx.AsyncClient(timeout=self.timeout, limits=limits, headers=self.headers)
+            self._clients[key] = (client, asyncio.Semaphore(self.concurrency))
+        return self._clients[key]
+
+    def _body(self, prompt: Sequence[int], sampling: SamplingParams) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "prompt": [int(t) for t in prompt],
+            "max_tokens": sampling.max_new_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "logprobs": 0,
+            "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+            "return_entropy": sampling.return_entropy,
+            **self.extra_body,
+        }
+        if self.model:
+            body["model"] = self.model
+        if sampling.top_k:
+            body["top_k"] = sampling.top_k
+        if sampling.stop_ids:
+            body["stop_token_ids"] = list(sampling.stop_ids)
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        return body
+
+    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        client, semaphore = self._client()
+        url = f"{self.base_url}/completions"
+        last: str = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                self.retries += 1
+                await asyncio.sleep(self.backoff_s * (2 ** (attempt - 1)) * (1 + random.random() * 0.25))
+            async with semaphore:
+                try:
+                    response = await client.post(url, json=body)
+                except httpx.TransportError as exc:  # connection refused/dropped, timeouts
+                    last = f"{type(exc).__name__}: {exc}"
+                    continue
+            if response.status_code in RETRY_STATUS:
+                last = f"HTTP {response.status_code}: {response.text[:200]}"
+                continue
+            if response.status_code >= 400:
+                raise GeneratorError(f"{url} answered HTTP {response.status_code}: {response.text[:500]}")
+            try:
+                return response.json()
+            except ValueError as exc:
+                raise GeneratorError(f"{url} answered with invalid JSON: {response.text[:200]!r}") from exc
+        raise GeneratorError(f"{url} failed after {self.max_retries + 1} attempts; last error: {last}")
+
+    async def _one(self, prompt: Sequence[int], sampling: SamplingParams) -> GenerationOutput:
+        payload = await self._post(self._body(prompt, sampling))
+        choices = payload.get("choices") or []
+        if not choices:
+            raise GeneratorError(f"the server answered without choices: {str(payload)[:200]}")
+        return parse_choice(choices[0])
+
+    async def agenerate(
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams
+    ) -> list[GenerationOutput]:
+        check_prompts(prompts)
+        return list(await asyncio.gather(*(self._one(p, sampling) for p in prompts)))
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:
+        async def once() -> list[GenerationOutput]:
+            try:
+                return await self.agenerate(prompts, sampling)
+            finally:
+                await self._aclose_current()
+
+        return asyncio.run(once())
+
+    async def _aclose_current(self) -> None:
+        entry = self._clients.pop(id(asyncio.get_running_loop()), None)
+        if entry is not None:
+            await entry[0].aclose()
+
+    async def aclose(self) -> None:
+        await self._aclose_current()

@@ -1,0 +1,231 @@
+"""Generators: HF sampling log-probs/entropy, batching invariance, scoring, HTTP path end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+import threading
+
+import httpx
+import pytest
+import torch
+
+from agentrl.errors import GeneratorError
+from agentrl.registry import GENERATORS
+from agentrl.rollout.batcher import Batcher
+from agentrl.rollout.generators.base import SamplingParams, make_generator
+from agentrl.rollout.generators.hf import HFGenerator
+from agentrl.rollout.generators.openai import OpenAIGenerator
+from agentrl.rollout.server import BackgroundServer, build_app
+
+
+@pytest.fixture(scope="module")
+def gen(tiny, tokenizer):
+    return HFGenerator(tiny, tokenizer, max_batch_size=4)
+
+
+def _reference_logp(model, prompt, ids, temperature):
+    with torch.no_grad():
+        logits = model(torch.tensor([list(prompt) + list(ids)])).logits[0].float()  # [L, V]
+    logp = torch.log_softmax(logits / temperature, -1)
+    rows = logp[len(prompt) - 1 : len(prompt) - 1 + len(ids)]  # [n, V]
+    taken = rows.gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+    entropy = -(rows.exp() * rows).sum(-1)
+    return taken, entropy
+
+
+def test_sampler_logprobs_and_entropy_match_a_forward_pass(gen, tiny, tokenizer):
+    prompt = tokenizer.encode("The tool said: 42. So the answer is", add_special_tokens=False)
+    out = gen.generate([prompt], SamplingParams(max_new_tokens=12, temperature=0.7, seed=5))[0]
+    assert len(out.ids) == len(out.logprobs) == len(out.entropy) > 0
+    taken, entropy = _reference_logp(tiny, prompt, out.ids, 0.7)
+    assert torch.allclose(torch.tensor(out.logprobs), taken, atol=1e-4)
+    assert torch.allclose(torch.tensor(out.entropy), entropy, atol=1e-3)
+
+
+def test_greedy_batching_is_invariant_to_padding(gen, tokenizer):
+    prompts = [
+        tokenizer.encode(t, add_special_tokens=False) for t in ("hi", "a much longer prompt here", "x y")
+    ]
+    sampling = SamplingParams(max_new_tokens=6, temperature=0.0)
+    batched = gen.generate(prompts, sampling)
+    for prompt, out in zip(prompts, batched, strict=True):
+        alone = gen.generate([prompt], sampling)[0]
+        assert out.ids == alone.ids
+        assert max(abs(a - b) for a, b in zip(out.logprobs, alone.logprobs, strict=True)) < 1e-4
+
+
+def test_seeded_sampling_repeats_and_stops_on_eos(gen, tokenizer):
+    prompt = tokenizer.encode("hello", add_special_tokens=False)
+    sampling = SamplingParams(max_new_tokens=8, temperature=1.0, seed=11)
+    assert gen.generate([prompt], sampling)[0].ids == gen.generate([prompt], sampling)[0].ids
+    eos = tokenizer.eos_token_id
+    forced = gen.generate([prompt], SamplingParams(max_new_tokens=8, temperature=1.0, stop_ids=(), seed=1))[0]
+    assert forced.finish_reason in ("stop", "length")
+    if forced.finish_reason == "stop":
+        assert forced.ids[-1] == eos
+    else:
+        assert len(forced.ids) == 8 and eos not in forced.ids
+
+
+def test_stop_ids_end_the_turn_and_are_kept(gen, tokenizer):
+    prompt = tokenizer.encode("hello", add_special_tokens=False)
+    first = gen.generate([prompt], SamplingParams(max_new_tokens=4, temperature=0.0))[0]
+    stopped = gen.generate(
+        [prompt], SamplingParams(max_new_tokens=4, temperature=0.0, stop_ids=(first.ids[1],))
+    )[0]
+    cut = first.ids.index(first.ids[1])  # the stop id may also be the first token
+    assert stopped.ids == first.ids[: cut + 1]
+    assert stopped.finish_reason == "stop"
+
+
+def test_top_p_tiny_equals_greedy(gen, tokenizer):
+    prompt = tokenizer.encode("one two three", add_special_tokens=False)
+    greedy = gen.generate([prompt], SamplingParams(max_new_tokens=5, temperature=0.0))[0]
+    nucleus = gen.generate([prompt], SamplingParams(max_new_tokens=5, temperature=1.0, top_p=1e-6, seed=3))[0]
+    assert nucleus.ids == greedy.ids
+
+
+def test_score_matches_teacher_forcing(gen, tiny, tokenizer):
+    context = tokenizer.encode("Question: capital of France? Answer:", add_special_tokens=False)
+    target = tokenizer.encode(" Paris", add_special_tokens=False)
+    other = tokenizer.encode(" the city of Lyon", add_special_tokens=False)
+    scores = gen.score([context, context[:3]], [target, other])
+    ref0, _ = _reference_logp(tiny, context, target, 1.0)
+    ref1, _ = _reference_logp(tiny, context[:3], other, 1.0)
+    assert torch.allclose(torch.tensor(scores[0]), ref0, atol=1e-4)
+    assert torch.allclose(torch.tensor(scores[1]), ref1, atol=1e-4)
+    mean = gen.score_mean([context], [target])[0]
+    assert math.isclose(mean, float(ref0.mean()), abs_tol=1e-4)
+
+
+def test_bad_prompts_fail_clearly(gen):
+    with pytest.raises(GeneratorError, match="empty"):
+        gen.generate([[]], SamplingParams())
+    with pytest.raises(GeneratorError, match="outside the vocabulary"):
+        gen.generate([[10**7]], SamplingParams())
+
+
+def test_update_weights_changes_outputs(tokenizer):
+    from agentrl.rollout.model import tiny_model
+
+    a, b = tiny_model(tokenizer, seed=1), tiny_model(tokenizer, seed=2)
+    gen_a = HFGenerator(a, tokenizer)
+    prompt = tokenizer.encode("weights", add_special_tokens=False)
+    sampling = SamplingParams(max_new_tokens=3, temperature=0.0)
+    expected = HFGenerator(b, tokenizer).generate([prompt], sampling)[0]
+    gen_a.update_weights(b.named_parameters())
+    got = gen_a.generate([prompt], sampling)[0]
+    assert got.ids == expected.ids and got.logprobs == pytest.approx(expected.logprobs, abs=1e-6)
+    with pytest.raises(GeneratorError, match="no parameter"):
+        gen_a.update_weights([("nope", torch.zeros(1))])
+
+
+def test_registry_and_factory(tiny, tokenizer):
+    assert {"hf", "vllm", "openai"} <= set(GENERATORS.names())
+    assert isinstance(make_generator("hf", model=tiny, tokenizer=tokenizer), HFGenerator)
+    with pytest.raises(GeneratorError, match="vLLM"):
+        make_generator("vllm", model_name="smollm2-135m")
+
+
+def test_batcher_merges_concurrent_requests(gen, tokenizer):
+    prompts = [tokenizer.encode(f"prompt number {i}", add_special_tokens=False) for i in range(6)]
+    sampling = SamplingParams(max_new_tokens=4, temperature=0.0)
+    direct = gen.generate(prompts, sampling)
+
+    async def main():
+        batcher = Batcher(gen, max_batch_size=8)
+        outs = await asyncio.gather(*(batcher.submit(p, sampling) for p in prompts))
+        await batcher.stop()
+        return outs, batcher.calls
+
+    outs, calls = asyncio.run(main())
+    assert [o.ids for o in outs] == [o.ids for o in direct]
+    assert calls == 1
+
+
+# ---------------------------------------------------------------------- HTTP
+def test_serve_and_openai_backend_end_to_end(gen, tokenizer):
+    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in ("<tool_call>", "answer: 7", "hi")]
+    sampling = SamplingParams(max_new_tokens=6, temperature=0.0)
+    local = gen.generate(prompts, sampling)
+    with BackgroundServer(build_app(gen, tokenizer, "tiny")) as server:
+        client = OpenAIGenerator(server.url, model="tiny")
+        remote = client.generate(prompts, sampling)
+        for a, b in zip(local, remote, strict=True):
+            assert a.ids == b.ids
+            assert b.logprobs == pytest.approx(a.logprobs, abs=1e-5)
+            assert b.entropy == pytest.approx(a.entropy, abs=1e-4)
+            assert a.finish_reason == b.finish_reason
+        assert httpx.get(server.url + "/models").json()["data"][0]["id"] == "tiny"
+        chat = httpx.post(
+            server.url + "/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0},
+        ).json()
+        assert chat["usage"]["completion_tokens"] <= 3
+        bad = httpx.post(server.url + "/completions", json={"prompt": [], "max_tokens": 2})
+        assert bad.status_code == 400
+        with pytest.raises(GeneratorError, match="HTTP 400"):
+            client.generate([[10**7]], sampling)
+
+
+class DroppingProxy:
+    """TCP proxy that closes the first ``drops`` connections without a byte, then forwards."""
+
+    def __init__(self, target_port: int, drops: int):
+        self.target_port = target_port
+        self.drops = drops
+        self.seen = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.seen += 1
+            if self.seen <= self.drops:
+                conn.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_openai_backend_retries_dropped_connections(gen, tokenizer):
+    prompt = tokenizer.encode("retry me", add_special_tokens=False)
+    sampling = SamplingParams(max_new_tokens=3, temperature=0.0)
+    expected = gen.generate([prompt], sampling)[0]
+    with BackgroundServer(build_app(gen, tokenizer, "tiny")) as server:
+        proxy = DroppingProxy(server.port, drops=2)
+        client = OpenAIGenerator(f"http://127.0.0.1:{proxy.port}/v1", backoff_s=0.05, max_retries=4)
+        got = client.generate([prompt], sampling)[0]
+        assert got.ids == expected.ids
+        assert client.retries == 2
+        proxy.close()
+        dead = DroppingProxy(server.port, drops=100)
+        client = OpenAIGenerator(f"http://127.0.0.1:{dead.port}/v1", backoff_s=0.01, max_retries=2)
+        with pytest.raises(GeneratorError, match="after 3 attempts"):
+            client.generate([prompt], sampling)
+        dead.close()
