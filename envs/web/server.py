@@ -183,7 +183,11 @@ class Shop:
         pages = max(1, -(-len(asins) // RESULTS_PER_PAGE))
         page = min(page, pages)
         shown = asins[(page - 1) * RESULTS_PER_PAGE : page * RESULTS_PER_PAGE]
-        parts = [self._nav(sid, None), f"<p>Page {page} (Total results: {len(asins)})</p>"]
+        parts = [
+            self._nav(sid, None),
+            f'<p class="query">Results for: {_esc(query)}</p>',
+            f"<p>Page {page} (Total results: {len(asins)})</p>",
+        ]
         paging = []
         if page > 1:
             paging.append(_link(f"/s/{sid}/search?" + urlencode({"q": query, "page": page - 1}), "< Prev"))
