@@ -7,7 +7,7 @@ exec costs one fork+exec instead of a Docker exec round trip. It:
 * runs each exec in its own session with capped, drained output and a hard deadline, then kills
   every process the exec left behind (daemonized ones too): all processes except itself and the
   live interpreter sessions' process trees;
-* keeps stateful Python interpreters (``SESSION_SOURCE``) on private pipes, restarting one that
+* keeps stateful Python interpreters (``session_server.py``) on private pipes, restarting one that
   crashed or overran its deadline and saying so;
 * puts/gets files under the writable roots only, refusing ``..`` escapes and symlinks;
 * ignores signals (it is PID 1) and is not dumpable, so sandboxed code cannot ptrace it.
@@ -35,40 +35,11 @@ WATCHDOG = bool(CONFIG.get("watchdog", False))
 RLIMITS = CONFIG.get("rlimits", {})  # name -> value, applied in every child
 ENV = CONFIG.get("env", {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "LANG": "C.UTF-8"})
 GET_LIMIT = int(CONFIG.get("get_limit", 64 << 20))
+EMPTY_RESULT = {"ok": True, "stdout": "", "stderr": "", "exit_code": 0, "timed_out": False, "oom_killed": False,
+                "truncated": False, "wall_s": 0.0, "cpu_s": 0.0, "peak_mem_bytes": 0}  # fmt: skip
 PROTECTED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGPIPE", "SIGTSTP")
 
-SESSION_SOURCE = r"""
-import ast, json, os, resource, sys, traceback
-req_fd, resp_fd = int(sys.argv[1]), int(sys.argv[2])
-requests = os.fdopen(req_fd, "rb")
-namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-def run(code):
-    tree = ast.parse(code, "<cell>", "exec")
-    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-    exec(compile(tree, "<cell>", "exec"), namespace)
-    if last is not None:
-        value = eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace)
-        if value is not None:
-            print(repr(value))
-for line in requests:
-    request = json.loads(line)
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    ok = True
-    try:
-        run(request["code"])
-    except BaseException as exc:  # the cell's error is the cell's result, the session lives on
-        ok = isinstance(exc, SystemExit) and exc.code in (None, 0)
-        if not ok:
-            frames = traceback.extract_tb(exc.__traceback__)
-            frames = [f for f in frames if f.filename == "<cell>"]
-            sys.stderr.write("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)))
-            sys.stderr.write("".join(traceback.format_exception_only(type(exc), exc)))
-    sys.stdout.flush(); sys.stderr.flush()
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    reply = {"ok": ok, "cpu_s": cpu, "peak_mem_bytes": after.ru_maxrss * 1024}
-    os.write(resp_fd, (json.dumps(reply) + "\n").encode())
-"""
+SESSION_SOURCE = CONFIG.get("session_source", "")  # session_server.py, sent by the host
 
 
 def child_setup():
@@ -235,18 +206,9 @@ class Agent:
                 preexec_fn=child_setup,
             )
         except OSError as exc:
-            return {
-                "ok": True,
-                "stdout": "",
-                "stderr": "cannot run {!r}: {}\n".format(request["argv"][0], exc),
-                "exit_code": 127,
-                "timed_out": False,
-                "oom_killed": False,
-                "truncated": False,
-                "wall_s": 0.0,
-                "cpu_s": 0.0,
-                "peak_mem_bytes": 0,
-            }
+            reply = dict(EMPTY_RESULT, exit_code=127)
+            reply["stderr"] = "cannot run {!r}: {}\n".format(request["argv"][0], exc)
+            return reply
         if stdin_data is not None:
             try:
                 proc.stdin.write(stdin_data)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from agentrl.errors import SandboxError, SandboxLost
 
 AGENT_SOURCE = (Path(__file__).resolve().parent / "agent.py").read_text()
+SESSION_SOURCE = (Path(__file__).resolve().parent / "session_server.py").read_text()
 # Host-side slack on top of an exec's own timeout before the agent counts as hung.
 AGENT_GRACE_S = 10.0
 
@@ -144,7 +145,17 @@ class AgentSandbox:
         return "the sandbox process ended"
 
     def _agent_config(self) -> dict[str, Any]:
-        return {"output_limit": self.limits.output_limit}
+        """What the agent is told at start (backends add their own keys)."""
+        from agentrl.sandboxes.image import IMAGE_ENV, WORK_DIR
+
+        return {
+            "work": WORK_DIR,
+            "writable": [WORK_DIR, "/tmp"],
+            "clean": [WORK_DIR, "/tmp", "/dev/shm"],
+            "output_limit": self.limits.output_limit,
+            "env": dict(IMAGE_ENV),
+            "session_source": SESSION_SOURCE,
+        }
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:

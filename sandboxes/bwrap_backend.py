@@ -138,16 +138,7 @@ class BwrapSandbox(AgentSandbox):
         memory = self.limits.memory_mb << 20
         rlimits = {"RLIMIT_CORE": 0, "RLIMIT_NOFILE": 1024, "RLIMIT_AS": 2 * memory + (256 << 20)}
         rlimits["RLIMIT_NPROC"] = self._nproc_limit()
-        return {
-            "work": WORK_DIR,
-            "writable": [WORK_DIR, "/tmp"],
-            "clean": [WORK_DIR, "/tmp", "/dev/shm"],
-            "output_limit": self.limits.output_limit,
-            "memory_bytes": memory,
-            "watchdog": True,
-            "rlimits": rlimits,
-            "env": dict(IMAGE_ENV),
-        }
+        return {**super()._agent_config(), "memory_bytes": memory, "watchdog": True, "rlimits": rlimits}
 
     def _nproc_limit(self) -> int:
         if os.geteuid() == 0:

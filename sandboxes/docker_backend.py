@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from agentrl.sandboxes.base import AGENT_SOURCE, AgentSandbox, Limits, TransportClosed
-from agentrl.sandboxes.image import IMAGE_ENV, SANDBOX_UID, WORK_DIR, default_image
+from agentrl.sandboxes.image import SANDBOX_UID, WORK_DIR, default_image
 
 from agentrl.errors import SandboxError
 
@@ -139,15 +139,6 @@ class DockerSandbox(AgentSandbox):
         super().__init__(limits, **limit_kwargs)
         self.image = image or default_image()
         self.container_id: str | None = None
-
-    def _agent_config(self) -> dict[str, Any]:
-        return {
-            "work": WORK_DIR,
-            "writable": [WORK_DIR, "/tmp"],
-            "clean": [WORK_DIR, "/tmp", "/dev/shm"],
-            "output_limit": self.limits.output_limit,
-            "env": dict(IMAGE_ENV),
-        }
 
     def _launch(self) -> DockerTransport:
         import docker.errors
