@@ -212,3 +212,12 @@ def test_remote_payload_matches_protocol() -> None:
         assert hits[0].doc_id == "1" and retriever.get("1") == Doc("1", "T", "x")
     finally:
         httpd.shutdown()
+
+
+@pytest.mark.slow
+def test_dense_env_episodes_with_the_oracle(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path))
+    env = agentrl.make("agentrl/Search-v0", retriever="dense", wiki_seed=4, n_entities=100, n_questions=100)
+    tasks = env.unwrapped.tasks("train")[:3]
+    assert [run_oracle(env, task)[0] for task in tasks] == [1.0] * 3
+    env.close()
