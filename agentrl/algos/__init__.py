@@ -97,6 +97,12 @@ Entries are callable exactly like the raw functions (with their presets) and hav
 - per rollout ``[R]``: ``outcome``, ``group_id``, ``finished`` (SUPO);
 - per turn ``[B,K]``: ``turn_mask`` (default: turns present in ``turn_id``), ``gt_logprob``
   ``[B,K+1]`` (IGPO; option ``info_gain_kind``), ``step_reward`` and ``anchor_id`` (GiGPO).
+
+``agentrl.trajectory.TokenBatch`` names are accepted for ``old_logp`` (``old_logprobs``),
+``row_rollout`` (``row_episode``) and ``token_kind`` (``source``), so the trainer can pass
+``{**vars(token_batch), "logp": logp, "outcome": outcome, "group_id": group_id, ...}``. The
+registered ``foldact`` entry reads ``Source`` codes (MODEL = 1 action, SUMMARY = 3 summary); the
+raw function defaults to FoldAct's own kinds (actions 0-2, summaries 4-5).
 """
 
 from __future__ import annotations

@@ -22,17 +22,32 @@ from agentrl.algos import losses as loss_lib
 Batch = Mapping[str, Tensor]
 
 
+# Canonical field -> the name ``agentrl.trajectory.TokenBatch`` uses for it, so a batch can be
+# ``{**vars(token_batch), "logp": ..., "outcome": ..., "group_id": ...}``.
+ALIASES = {"old_logp": "old_logprobs", "row_rollout": "row_episode", "token_kind": "source"}
+
+
+def _get(batch: Batch, name: str) -> Tensor | None:
+    if name in batch and batch[name] is not None:
+        return batch[name]
+    alias = ALIASES.get(name)
+    return batch.get(alias) if alias is not None else None
+
+
 def _field(batch: Batch, name: str, who: str) -> Tensor:
-    if name not in batch:
-        have = ", ".join(sorted(batch)) or "(empty)"
-        raise KeyError(f"{who} needs batch field '{name}'; the batch has: {have}")
-    return batch[name]
+    value = _get(batch, name)
+    if value is None:
+        have = ", ".join(sorted(k for k, v in batch.items() if v is not None)) or "(empty)"
+        alias = f" (or '{ALIASES[name]}')" if name in ALIASES else ""
+        raise KeyError(f"{who} needs batch field '{name}'{alias}; the batch has: {have}")
+    return value
 
 
 def _row_rollout(batch: Batch) -> Tensor:
     """``[B]`` rollout index of each row; identity when every rollout is one row."""
-    if "row_rollout" in batch:
-        return batch["row_rollout"]
+    rows = _get(batch, "row_rollout")
+    if rows is not None:
+        return rows
     return torch.arange(batch["loss_mask"].shape[0], device=batch["loss_mask"].device)
 
 
@@ -106,7 +121,7 @@ class Loss:
         """``fn(batch[head[0]], batch[head[1]], target, batch[head[2]], **extras, **options)``."""
         who = f"loss '{self.name}'"
         first, second, mask = (_field(batch, name, who) for name in self.head)
-        extras = {k: batch[k] for k in self.inputs if k in batch}
+        extras = {k: _get(batch, k) for k in self.inputs if _get(batch, k) is not None}
         extras.update({k: _field(batch, k, who) for k in self.required})
         return self.fn(first, second, target, mask, **extras, **{**self.defaults, **options})
 
@@ -192,7 +207,14 @@ LOSS_ENTRIES: tuple[Loss, ...] = (
     ),
     Loss("turn_ppo", loss_lib.ppo_clip, _PPO_INPUTS, {"ratio": "turn"}),
     Loss("foldgrpo", loss_lib.ppo_clip, _PPO_INPUTS, {"clip_high": 0.28, "agg": "token-mean"}),
-    Loss("foldact", loss_lib.foldact, required=("token_kind", "full_ctx_logp")),
+    # The entry reads agentrl.trajectory.Source codes (MODEL = 1 action, SUMMARY = 3 summary) so it
+    # works on TokenBatch.source; the raw function defaults to FoldAct's own token kinds.
+    Loss(
+        "foldact",
+        loss_lib.foldact,
+        defaults={"summary_kinds": (3,), "action_kinds": (1,)},
+        required=("token_kind", "full_ctx_logp"),
+    ),
     Loss("clip_bias_norm", loss_lib.clip_bias_norm, _PPO_INPUTS),
     Loss("value", loss_lib.value_loss, head=("values", "old_values", "loss_mask")),
 )

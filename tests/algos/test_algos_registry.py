@@ -127,12 +127,16 @@ def test_losses_from_batch_match_raw_functions():
         assert all(isinstance(v, float) for v in metrics.values())
     with pytest.raises(KeyError, match="token_kind"):
         LOSSES.get("foldact").from_batch(batch, adv)
-    batch["token_kind"] = torch.where(batch["loss_mask"], 0, 3)
-    batch["full_ctx_logp"] = batch["old_logp"]
+    # TokenBatch names work: source (Source codes: MODEL 1, SUMMARY 3, TOOL 2), old_logprobs
+    source = torch.where(batch["loss_mask"], 1, 2)
+    source[0, 1:3] = 3  # a summary turn
+    tb_batch = {k: v for k, v in batch.items() if k != "old_logp"} | {"old_logprobs": batch["old_logp"]}
+    tb_batch.update(source=source, full_ctx_logp=batch["old_logp"])
+    loss_fa, metrics_fa = LOSSES.get("foldact").from_batch(tb_batch, adv)
     torch.testing.assert_close(
-        LOSSES.get("foldact").from_batch(batch, adv)[0],
-        Lo.foldact(*args, batch["token_kind"], batch["full_ctx_logp"])[0],
+        loss_fa, Lo.foldact(*args, source, batch["old_logp"], summary_kinds=(3,), action_kinds=(1,))[0]
     )
+    assert metrics_fa["summary_tokens"] == 2 and metrics_fa["action_tokens"] == batch["loss_mask"].sum() - 2
     vloss, _ = LOSSES.get("value").from_batch(batch, returns, clip=0.2)
     torch.testing.assert_close(
         vloss, Lo.value_loss(batch["values"], batch["old_values"], returns, batch["loss_mask"], clip=0.2)[0]
