@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -192,19 +193,34 @@ def main() -> None:
     print("-" * 47)
     print(f"{'sum of all rows':<22} {total:>10.1f} {100 * total / fwd_full:>12.3f}%")
     if args.json:
+        baseline = f"SmolLM2-135M-arch forward on {rows}x{length} tokens (extrapolated from 1x{fwd_tokens})"
+        note = f"[{rows}, {length}] fp32, {turns} turns/row, losses fwd+bwd"
         payload = {
-            "rows": rows,
-            "length": length,
-            "turns": turns,
-            "threads": torch.get_num_threads(),
-            "forward": {
-                "tokens": fwd_tokens,
-                "ms": fwd_ms,
-                "ms_per_token": per_token,
-                "extrapolated_ms": fwd_full,
-            },
-            "objectives": [{"name": n, "ms": ms, "pct_of_forward": 100 * ms / fwd_full} for n, ms in results],
+            "bench": "objectives",
+            "machine": f"{platform.machine()}/{os.cpu_count()} cpus/{torch.get_num_threads()} threads",
+            "quick": bool(args.quick),
+            "rows": [
+                {
+                    "name": name,
+                    "value": round(ms, 3),
+                    "unit": "ms",
+                    "baseline": baseline,
+                    "baseline_value": round(fwd_full, 1),
+                    "ratio": ms / fwd_full,
+                    "note": note,
+                }
+                for name, ms in results
+            ],
         }
+        payload["rows"].insert(
+            0,
+            {
+                "name": "forward (SmolLM2-135M arch, random init)",
+                "value": round(fwd_full, 1),
+                "unit": "ms",
+                "note": f"measured {fwd_ms:.1f} ms on 1x{fwd_tokens} tokens, extrapolated linearly (lower bound)",
+            },
+        )
         with open(args.json, "w") as fh:
             json.dump(payload, fh, indent=2)
 
