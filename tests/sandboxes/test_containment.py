@@ -227,6 +227,8 @@ def test_killing_pid1_does_nothing(sandbox):
         timeout=5,
     )
     assert "survived" in result.stdout
+    ptrace_view = sandbox.exec(["cat", "/proc/1/maps"], timeout=5)  # the agent is not dumpable
+    assert ptrace_view.exit_code != 0 and "Permission denied" in ptrace_view.stderr
     # kill(-1): every process the user may signal (all but PID 1 and the caller itself).
     everything = sandbox.exec(
         ["sh", "-c", "sleep 50 & sleep 50 & kill -KILL -1; wait; echo after"], timeout=5
