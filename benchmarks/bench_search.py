@@ -12,18 +12,20 @@ wrapped to time its ``search`` calls.
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
+import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 from agentrl.envs.search.env import wiki_retriever
 from agentrl.envs.search.oracle import SearchOracle
 from agentrl.envs.search.questions import generate_questions
 from agentrl.envs.search.wiki import generate_wiki
 from agentrl.tools.search import Doc, Hit, Retriever
+from common import Row, parser, print_table, write_json  # noqa: E402
 
 import agentrl
 
@@ -94,52 +96,53 @@ def run(n_entities: int, steps: int, wiki_seed: int = 1) -> dict[str, Any]:
         retrieval_s=timed.seconds,
         step_s=step_seconds,
         share_outside_retrieval=1 - timed.seconds / step_seconds,
+        share_outside_retrieval_search_steps=1 - timed.seconds / sum(by_kind["search"]),
         ms_per_step={kind: 1000 * sum(v) / len(v) for kind, v in sorted(by_kind.items())},
         ms_per_retrieval=1000 * timed.seconds / max(1, timed.calls),
-        python=platform.python_version(),
     )
     return results
 
 
-def print_table(results: dict[str, Any]) -> None:
+def rows_of(results: dict[str, Any]) -> list[Row]:
+    n = f"{results['n_passages']:,} passages"
     ms = results["ms_per_step"]
-    rows = [
-        ("passages (BM25 corpus)", f"{results['n_passages']:,}"),
-        ("wiki generation", f"{results['wiki_generation_s']:.2f} s"),
-        ("question generation (3000)", f"{results['question_generation_s']:.2f} s"),
-        ("BM25 index build", f"{results['bm25_index_s']:.2f} s"),
-        ("episodes / steps", f"{results['episodes']} / {results['steps']}"),
-        ("oracle solve rate", f"{results['oracle_solve_rate']:.3f}"),
-        ("env steps/s (all actions)", f"{results['steps_per_s']:.1f}"),
-        ("env steps/s (search only)", f"{results['search_steps_per_s']:.1f}"),
-        (
-            "ms per step: search/open/answer",
-            " / ".join(f"{ms.get(k, 0):.2f}" for k in ("search", "open", "answer")),
+    retrieval_ms = results["ms_per_retrieval"]
+    return [
+        Row(f"wiki generation ({n})", results["wiki_generation_s"], "s"),
+        Row("question generation (3000 questions)", results["question_generation_s"], "s"),
+        Row(f"BM25 index build ({n})", results["bm25_index_s"], "s"),
+        Row(
+            "env steps/s, oracle action mix",
+            results["steps_per_s"],
+            "steps/s",
+            note=f"{results['episodes']} episodes, {results['steps']} steps",
         ),
-        ("ms per retrieval call", f"{results['ms_per_retrieval']:.2f}"),
-        ("share of step time outside retrieval", f"{100 * results['share_outside_retrieval']:.1f} %"),
+        Row("env steps/s, search steps only", results["search_steps_per_s"], "steps/s"),
+        Row("ms per search step", ms.get("search", float("nan")), "ms", "retrieval call", retrieval_ms),
+        Row("ms per open step", ms.get("open", float("nan")), "ms"),
+        Row("ms per answer step", ms.get("answer", float("nan")), "ms"),
+        Row(
+            "share of step time outside retrieval (all steps)", 100 * results["share_outside_retrieval"], "%"
+        ),
+        Row(
+            "share of step time outside retrieval (search steps)",
+            100 * results["share_outside_retrieval_search_steps"],
+            "%",
+        ),
+        Row("oracle solve rate", results["oracle_solve_rate"], "fraction"),
     ]
-    width = max(len(name) for name, _ in rows)
-    print(f"| {'metric'.ljust(width)} | value |")
-    print(f"|{'-' * (width + 2)}|-------|")
-    for name, value in rows:
-        print(f"| {name.ljust(width)} | {value} |")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Search env steps/s with BM25 over a generated corpus")
-    parser.add_argument("--quick", action="store_true", help="20k passages, 300 steps")
-    parser.add_argument("--n-passages", type=int, default=None)
-    parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--json", dest="json_path", default=None, help="also write the results here")
-    args = parser.parse_args(argv)
+    cli = parser("Search env steps/s with BM25 over a generated corpus")
+    cli.add_argument("--n-passages", type=int, default=None, help="default 100k (20k with --quick)")
+    cli.add_argument("--steps", type=int, default=None, help="default 2000 (300 with --quick)")
+    args = cli.parse_args(argv)
     n_passages = args.n_passages or (20_000 if args.quick else 100_000)
     steps = args.steps or (300 if args.quick else 2000)
-    results = run(n_passages, steps)
-    print_table(results)
-    if args.json_path:
-        with open(args.json_path, "w") as handle:
-            json.dump({"benchmark": "search", **results}, handle, indent=2)
+    rows = rows_of(run(n_passages, steps))
+    print_table(rows, title="Search env (BM25, oracle-driven episodes)")
+    write_json(args.json_path, "search", rows, args.quick)
     return 0
 
 

