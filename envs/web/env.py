@@ -175,9 +175,17 @@ class WebShopEnv(TextEnv):
         if self._browser is None:
             if self.server_url:
                 server = manager.ShopServer(
-                    seed=self.catalog_seed, n_products=self.n_products, data_dir=self.data_dir
+                    seed=self.catalog_seed,
+                    n_products=self.n_products,
+                    data_dir=self.data_dir,
+                    external_url=self.server_url,
                 )
-                server.url, server.generation = self.server_url.rstrip("/"), 1
+                try:
+                    server.fingerprint = httpx.get(f"{server.url}/api/health", timeout=self.timeout_s).json()[
+                        "fingerprint"
+                    ]
+                except (httpx.HTTPError, ValueError, KeyError) as exc:
+                    raise EnvError(f"no shop answers at server_url={self.server_url!r}: {exc}") from exc
             else:
                 server = manager.acquire(
                     seed=self.catalog_seed,
@@ -186,11 +194,11 @@ class WebShopEnv(TextEnv):
                     backend=self.backend,
                 )
                 self._server = server
-                if server.fingerprint != self.catalog.fingerprint:
-                    raise EnvError(
-                        f"the shop server's catalogue ({server.fingerprint}) differs from the env's "
-                        f"({self.catalog.fingerprint}); both must be built from the same seed and data"
-                    )
+            if server.fingerprint != self.catalog.fingerprint:
+                raise EnvError(
+                    f"the shop server's catalogue ({server.fingerprint}) differs from the env's "
+                    f"({self.catalog.fingerprint}); both must be built from the same seed and data"
+                )
             self._client = httpx.Client(timeout=self.timeout_s)
             self._browser = Browser(server, self._client)
         return self._browser

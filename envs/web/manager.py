@@ -31,13 +31,22 @@ _SERVERS: dict[tuple[Any, ...], list[Any]] = {}  # key -> [server, refcount]
 class ShopServer:
     """One shop server process (``backend="local"``) listening on 127.0.0.1."""
 
-    def __init__(self, *, seed: int = 0, n_products: int = 1500, data_dir: str | None = "auto"):
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        n_products: int = 1500,
+        data_dir: str | None = "auto",
+        external_url: str | None = None,
+    ):
+        """``external_url``: a shop someone else runs; it is used as is, never started or restarted."""
+        self.external = external_url is not None
         self.seed = seed
         self.n_products = n_products
         self.data_dir = data_dir
-        self.url = ""
+        self.url = external_url.rstrip("/") if external_url else ""
         self.fingerprint = ""
-        self.generation = 0
+        self.generation = 1 if external_url else 0
         self.restarts = 0
         self._process: subprocess.Popen[str] | None = None
         self._lock = threading.RLock()
@@ -93,7 +102,7 @@ class ShopServer:
     def alive(self) -> bool:
         """True if the process runs and answers ``/api/health``."""
         with self._lock:
-            if self._process is None or self._process.poll() is not None:
+            if not self.external and (self._process is None or self._process.poll() is not None):
                 return False
             url = self.url
         try:
@@ -111,6 +120,8 @@ class ShopServer:
             if self.generation != seen_generation:
                 return self.generation
             if not self.alive():
+                if self.external:
+                    raise EnvError(f"the shop at {self.url} does not answer (it is not ours to restart)")
                 self.stop()
                 self.start()
                 self.restarts += 1

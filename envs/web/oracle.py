@@ -55,7 +55,7 @@ class WebShopOracle:
         return 2.0 * self._noun_ok(title) + sum(a.lower() in lowered for a in self.goal["attributes"])
 
     # ------------------------------------------------------------------ policy
-    def act(self, observation: str) -> str:
+    def act(self, observation: str, info: dict[str, Any] | None = None) -> str:
         if "shop server restarted" in observation:
             self.reset_state()
         if "Thank you for shopping" in observation:

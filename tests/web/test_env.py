@@ -19,6 +19,7 @@ from agentrl.envs.web.oracle import WebShopOracle
 
 import agentrl
 from agentrl.env import Task
+from agentrl.errors import EnvError
 
 
 @pytest.fixture(scope="module")
@@ -232,3 +233,18 @@ def test_close_twice_stops_the_server():
     env.close()
     assert not Path(f"/proc/{pid}").exists()
     assert server not in manager.running_servers()
+
+
+def test_external_server_url_is_used_and_checked():
+    server = manager.acquire(seed=0, n_products=1500)
+    try:
+        env = agentrl.make("agentrl/WebShop-v0", split="test", server_url=server.url)
+        obs, _ = env.reset(seed=0)
+        assert "[Search]" in obs and env.unwrapped._server is None  # nothing started by this env
+        env.close()
+        wrong = agentrl.make("agentrl/WebShop-v0", split="test", n_products=200, server_url=server.url)
+        with pytest.raises(EnvError, match="catalogue"):
+            wrong.reset(seed=0)
+        wrong.close()
+    finally:
+        manager.release(server)
