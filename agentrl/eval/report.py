@@ -194,3 +194,30 @@ def write_report(records: Sequence[dict[str, Any]], metrics: dict[str, Any], out
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def results_table(metric_files: Sequence[Path]) -> str:
+    """One Markdown row per eval run (suite, agent, success, main metrics, command), for the README."""
+    lines = [
+        "| suite | agent | tasks | episodes | success % | metrics | command |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for path in metric_files:
+        metrics = json.loads(Path(path).read_text(encoding="utf-8"))
+        overall = metrics["overall"]
+        shown = ", ".join(f"{name} {value:.3f}" for name, value in overall["metrics"].items())
+        k = metrics["k"]
+        if k > 1:
+            shown += f", pass@{k} {overall[f'pass@{k}']:.3f}"
+        lines.append(
+            f"| {metrics['suite']} | {metrics['agent']} | {overall['tasks']} | {overall['episodes']} | "
+            f"{100 * overall['success_rate']:.1f} | {shown} | `{metrics.get('command', '')}` |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    # python -m agentrl.eval.report OUT_DIR [OUT_DIR ...]: the README results table
+    print(results_table([Path(d) / "metrics.json" for d in sys.argv[1:]]))
