@@ -133,6 +133,7 @@ class AgentSandbox:
         self.started_at = 0.0
         self.generation = 0  # bumps each time a fresh box replaces a lost one
         self.lost_count = 0
+        self._closed = False
 
     # ------------------------------------------------------------------ backend hooks
     def _launch(self) -> Transport:
@@ -163,6 +164,7 @@ class AgentSandbox:
         with self._lock:
             if self._transport is not None:
                 return
+            self._closed = False
             transport = self._launch()
             try:
                 hello = json.loads(transport.recv_line(time.monotonic() + 60.0))
@@ -177,8 +179,9 @@ class AgentSandbox:
             self.started_at = time.monotonic()
 
     def close(self) -> None:
-        """Stop and remove the box. Safe to call twice."""
+        """Stop and remove the box. Safe to call twice; ``start()`` brings up a fresh one."""
         with self._lock:
+            self._closed = True
             if self._transport is not None:
                 self._transport.close()
                 self._transport = None
@@ -203,7 +206,9 @@ class AgentSandbox:
     def _request(self, op: str, wait_s: float, **payload: Any) -> dict[str, Any]:
         """Send one request; ``wait_s`` is how long the host waits before calling the agent hung."""
         with self._lock:
-            if self._transport is None:
+            if self._closed:
+                raise SandboxError(f"the {self.backend} sandbox is closed; call start() to get a fresh one")
+            if self._transport is None:  # never started, or lost: (re)start transparently
                 self.start()
             request_id = next(self._ids)
             line = json.dumps({"id": request_id, "op": op, **payload}).encode() + b"\n"

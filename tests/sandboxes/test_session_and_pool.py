@@ -188,3 +188,15 @@ def test_make_sandbox_rejects_bad_config():
     with pytest.raises(ConfigError, match="sandbox.backend"):
         make_sandbox("qemu")
     assert {"docker", "bwrap"} <= set(SANDBOX_BACKENDS.names())
+
+
+def test_closed_sandbox_refuses_until_started_again(backend):
+    box = make_sandbox(backend, **TEST_LIMITS)
+    assert box.exec("print(5)", timeout=10).stdout == "5\n"  # first use starts it
+    box.close()
+    with pytest.raises(SandboxError, match="closed"):
+        box.exec("print(1)", timeout=10)
+    box.start()
+    assert box.exec("print(6)", timeout=10).stdout == "6\n"
+    box.close()
+    box.close()  # twice is fine
