@@ -24,9 +24,11 @@ Every page carries an infobox (``Label: value`` lines, labels in :data:`RELATION
 from __future__ import annotations
 
 import functools
+import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 MONTHS = ("January February March April May June July August September October November December").split()
@@ -163,6 +165,15 @@ class Wiki:
         """``(doc_id, title, text)`` for every page, for retriever indexing."""
         for page in self.pages:
             yield page.doc_id, page.title, page.text
+
+    def write_jsonl(self, path: str | Path) -> Path:
+        """Write the corpus in Search-R1's format (``{"id", "contents": "title\\ntext"}`` a line), so a
+        real Search-R1 retrieval server (BM25 or E5) can index and serve this wiki."""
+        path = Path(path)
+        with path.open("w", encoding="utf-8") as handle:
+            for page in self.pages:
+                handle.write(json.dumps({"id": page.doc_id, "contents": page.contents}) + "\n")
+        return path
 
 
 # --------------------------------------------------------------------------- names

@@ -107,3 +107,14 @@ def test_splits_are_disjoint_and_stable() -> None:
 def test_multi_hop_preset_has_only_multi_hop() -> None:
     questions = generate_questions(0, 2000, 500, "multi")
     assert {q.hops for q in questions} == {2, 3}
+
+
+def test_write_jsonl_is_search_r1_corpus_format(tmp_path) -> None:
+    import json
+
+    wiki = _build(2, 60)
+    path = wiki.write_jsonl(tmp_path / "corpus.jsonl")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == 60 and set(rows[0]) == {"id", "contents"}
+    first = wiki.pages[0]
+    assert rows[0] == {"id": first.doc_id, "contents": f"{first.title}\n{first.text}"}
