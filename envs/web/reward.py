@@ -5,7 +5,7 @@
 - ``n_att``: goal attributes found in the product: some product attribute has a fuzzy token-set
   ratio > 85 with it, else it is a lower-case substring of the title, bullet points or description.
 - ``n_opt``: goal options matched (> 85) by some chosen option, after mapping both to their first
-  colour word (so "navy blue" and "blue" both become "navy"... see :func:`normalize_color`).
+  colour word ("black 2 pack" -> "black", "navy blue" -> "navy"; see :func:`normalize_color`).
 - ``r_price``: 1 if the paid price is at most the goal's cap (0 if there is a cap and it is over).
 - ``r_type``: 1.0; 0.5 if none of (same search query, >= 2 shared category-path items, title-noun
   overlap > 0.2); 0.1 if the overlap is < 0.1; 0 if it is 0.
@@ -30,8 +30,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agentrl.envs.web.vocab import COLORS
+
+if TYPE_CHECKING:
+    from agentrl.envs.web.catalog import Goal, Product
 from rapidfuzz import fuzz, utils
 
 MATCH_THRESHOLD = 85.0
@@ -171,7 +175,7 @@ def compute_reward(
 
 
 def reward_for_purchase(
-    goal: object, product: object, options: Mapping[str, str], lexicon: Iterable[str]
+    goal: Goal, product: Product, options: Mapping[str, str], lexicon: Iterable[str]
 ) -> RewardParts:
     """Convenience wrapper over :func:`compute_reward` for a catalogue ``Goal`` and ``Product``."""
     return compute_reward(
