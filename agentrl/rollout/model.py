@@ -120,6 +120,7 @@ def load_tokenizer(name: str = "smollm2-135m") -> Any:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    tokenizer.agentrl_name = name  # shown in template/conformance messages
     return tokenizer
 
 
