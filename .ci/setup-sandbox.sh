@@ -34,6 +34,10 @@ else
     if ! mountpoint -q /sys/fs/cgroup && command -v cgroupfs-mount >/dev/null; then
         $SUDO cgroupfs-mount || true  # dockerd needs cgroups; some minimal images do not mount them
     fi
+    for pidfile in /var/run/docker.pid /var/run/docker/containerd/containerd.pid; do
+        # a dockerd that died leaves its pid file, and a new one refuses to start over it
+        if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then $SUDO rm -f "$pidfile"; fi
+    done
     log "starting dockerd (log: /var/log/agentrl-dockerd.log)"
     $SUDO sh -c 'nohup dockerd >/var/log/agentrl-dockerd.log 2>&1 &'
     for _ in $(seq 1 60); do

@@ -112,6 +112,8 @@ class Agent:
 
     def sweep(self):
         """Kill every process except the agent and live sessions' trees, until none is left."""
+        if os.getpid() != 1:  # only ever inside the box's own pid namespace: never on a host
+            raise SystemExit("agent: refusing to sweep processes when not PID 1")
         for _ in range(200):
             self.reap()
             table = process_table()
@@ -561,6 +563,11 @@ def wipe(root):
 
 
 def main():
+    if os.getpid() != 1:
+        # The agent kills every process it can see after each exec; that is only safe as PID 1 of
+        # the sandbox's own pid namespace. Run outside one (on a host), it would kill the host.
+        sys.stderr.write("agent.py must run as PID 1 of a sandbox pid namespace; refusing to start\n")
+        sys.exit(2)
     for name in PROTECTED_SIGNALS:
         signal.signal(getattr(signal, name), signal.SIG_IGN)
     try:  # not dumpable: same-uid sandboxed code cannot ptrace or read the agent's memory
@@ -568,8 +575,6 @@ def main():
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
-        if os.getpid() != 1:
-            libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to the agent
     except (OSError, AttributeError):
         pass
     os.umask(0o022)

@@ -4,6 +4,7 @@ restart the interpreter and say so, a box lost mid-episode is replaced and the r
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 import time
@@ -108,6 +109,15 @@ def kill_from_outside(box) -> None:
         os.kill(box.process.pid, signal.SIGKILL)
 
 
+def wait_until_dead(box) -> None:
+    """bwrap's agent dies a moment after bwrap (parent-death signal): wait for its pipe to close."""
+    if box.backend == "bwrap":
+        fd = box.process.stdout.fileno()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and select.select([fd], [], [], 0.1)[0] == []:
+            pass
+
+
 def test_box_removed_mid_episode_is_replaced_and_the_run_goes_on(backend):
     with SandboxPool(backend, size=1, **TEST_LIMITS) as pool:
         with pool.lease() as box:
@@ -136,6 +146,7 @@ def test_box_killed_between_episodes_is_replaced_at_lease(backend):
         with pool.lease() as box:
             first = box
         kill_from_outside(first)
+        wait_until_dead(first)
         with pool.lease() as box:
             assert box.exec("print(3)", timeout=10).stdout == "3\n"
         # The health check at lease time saw it dead and a fresh box took its place.
