@@ -6,9 +6,9 @@ import json
 import subprocess
 import sys
 
+import toy_envs  # noqa: F401  (registers test/Counter-v0)
 from typer.testing import CliRunner
 
-import toy_envs  # noqa: F401  (registers test/Counter-v0)
 from agentrl.cli import app
 
 runner = CliRunner()
