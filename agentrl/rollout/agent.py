@@ -1,0 +1,436 @@
+"""The agent: one episode as token ids in and token ids out.
+
+It renders the env's system prompt, tools and task with the model's chat template once, then
+appends the ids the policy generated (exactly as sampled) and, after each env step, the bridge
+ids (template scaffolding + observation) - nothing is re-tokenized. If the template fails the
+conformance check (:mod:`agentrl.rollout.template`), each turn is instead prompted with a full
+re-render of the conversation and recorded as its own training row (Segment kind ``"turn"``).
+Context folding (branch/return, summaries) adds segments; see :mod:`agentrl.rollout.folding`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agentrl.errors import ConfigError
+from agentrl.rollout import folding
+from agentrl.rollout.generators.base import GenerationOutput, SamplingParams
+from agentrl.rollout.template import ChatFormat, conformance
+from agentrl.trajectory import Episode, Segment, Source, Turn
+
+MAX_ACTION_ECHO = 200
+
+
+class Policy(Protocol):
+    """Produces one assistant turn (token ids + log-probs) for a prompt."""
+
+    async def start(self, task: Any) -> None: ...
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, observation: str
+    ) -> GenerationOutput: ...
+
+
+class ModelPolicy:
+    """A policy backed by a generator (usually through a :class:`~agentrl.rollout.batcher.Batcher`)."""
+
+    def __init__(self, submit: Callable[[list[int], SamplingParams], Awaitable[GenerationOutput]]):
+        self.submit = submit
+
+    async def start(self, task: Any) -> None:
+        return None
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, observation: str
+    ) -> GenerationOutput:
+        return await self.submit(prompt_ids, sampling)
+
+
+@dataclass
+class AgentConfig:
+    """Per-episode budgets and folding options (built from RolloutConfig by the runner)."""
+
+    max_new_tokens: int = 128
+    max_context_tokens: int = 2048
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_turns: int = 32  # all generated turns, branches and summaries included
+    folding: str = "none"  # none | branch | summary
+    summary_threshold: int = 1536
+    max_summaries: int = 4
+    max_branches: int = 10
+    branch_max_turns: int = 8
+    template_mode: str = "auto"  # auto | concat | per_turn
+    seed: int | None = None
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+        )
+
+
+@dataclass
+class Thread:
+    """One working context under construction (becomes one Segment)."""
+
+    segment: Segment
+    ids: list[int]
+
+    def add(self, turn: Turn) -> None:
+        self.segment.turns.append(turn)
+        self.ids += turn.output_ids + turn.obs_ids
+
+
+@dataclass
+class Progress:
+    """What the watchdog and the progress display read while the episode runs."""
+
+    env_id: str
+    episode_id: str
+    turn: int = 0
+    last_action: str = ""
+    phase: str = "reset"  # reset | generate | env | done
+    last_progress: float = field(default_factory=time.monotonic)
+    sandbox_id: str | None = None
+    generate_s: float = 0.0
+    env_s: float = 0.0
+    generated_tokens: int = 0
+
+    def touch(self, phase: str) -> None:
+        self.phase = phase
+        self.last_progress = time.monotonic()
+
+    def describe(self) -> str:
+        action = self.last_action.replace("\n", " ")[:MAX_ACTION_ECHO]
+        return (
+            f"episode {self.episode_id} of {self.env_id}: turn {self.turn}, phase {self.phase}, "
+            f"sandbox {self.sandbox_id or '-'}, last action {action!r}"
+        )
+
+
+def _sandbox_id(env: Any) -> str | None:
+    inner = getattr(env, "unwrapped", env)
+    for attr in ("sandbox_id",):
+        if getattr(inner, attr, None):
+            return str(getattr(inner, attr))
+    sandbox = getattr(inner, "sandbox", None)
+    for attr in ("id", "name", "container_id"):
+        if sandbox is not None and getattr(sandbox, attr, None):
+            return str(getattr(sandbox, attr))
+    return None
+
+
+class EpisodeRun:
+    """Runs one episode. The runner reads :attr:`progress` (watchdog) and, if ``run`` raises,
+    :meth:`episode` still returns what was recorded so far (with the error)."""
+
+    def __init__(
+        self,
+        env: Any,
+        policy: Policy,
+        tokenizer: Any,
+        config: AgentConfig,
+        *,
+        env_id: str,
+        call_env: Callable[..., Awaitable[Any]] | None = None,
+        episode_id: str | None = None,
+        group_id: str = "",
+        seed: int | None = None,
+        options: dict[str, Any] | None = None,
+        policy_version: int = 0,
+    ):
+        if config.folding not in ("none", "branch", "summary"):
+            raise ConfigError(
+                "rollout.folding", f"{config.folding!r} is not allowed", "use none, branch or summary"
+            )
+        self.env = env
+        self.policy = policy
+        self.tokenizer = tokenizer
+        self.config = config
+        self.env_id = env_id
+        self.call_env = call_env or _call_inline
+        self.episode_id = episode_id or uuid.uuid4().hex[:12]
+        self.group_id = group_id
+        self.seed = seed
+        self.options = options
+        self.policy_version = policy_version
+        self.progress = Progress(env_id=env_id, episode_id=self.episode_id)
+        self.segments: list[Segment] = []
+        self.task_id = ""
+        self.stop_ids = {tokenizer.eos_token_id}
+        self.result: dict[str, Any] = {}
+        self.per_turn = False
+        self._t0 = time.perf_counter()
+
+    # ------------------------------------------------------------------ helpers
+    async def _generate(self, prompt: list[int], observation: str) -> GenerationOutput:
+        self.progress.touch("generate")
+        t0 = time.perf_counter()
+        budget = self.config.max_context_tokens - len(prompt)
+        sampling = self.config.sampling()
+        if budget < sampling.max_new_tokens:
+            sampling = SamplingParams(**{**sampling.__dict__, "max_new_tokens": max(1, budget)})
+        out = await self.policy.generate(prompt, sampling, observation)
+        self.progress.generate_s += time.perf_counter() - t0
+        self.progress.generated_tokens += len(out.ids)
+        out.timings = {**out.timings, "wall_s": time.perf_counter() - t0}
+        return out
+
+    async def _env(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.progress.touch("env")
+        t0 = time.perf_counter()
+        try:
+            return await self.call_env(fn, *args, **kwargs)
+        finally:
+            self.progress.env_s += time.perf_counter() - t0
+            self.progress.touch("between")
+
+    def _turn(self, index: int, out: GenerationOutput, kind: str = "action") -> Turn:
+        text_ids = out.ids[:-1] if out.ids and out.ids[-1] in self.stop_ids else out.ids
+        action = self.tokenizer.decode(text_ids, skip_special_tokens=False)
+        self.progress.turn = index
+        self.progress.last_action = action
+        return Turn(
+            index=index,
+            output_ids=list(out.ids),
+            output_logprobs=list(out.logprobs),
+            output_entropy=list(out.entropy) if out.entropy is not None else None,
+            kind=kind,
+            action_text=action,
+            finish_reason=out.finish_reason,
+            timings={"generate_s": out.timings.get("wall_s", 0.0)},
+        )
+
+    def _ended(self, turn: Turn) -> bool:
+        return bool(turn.output_ids) and turn.output_ids[-1] in self.stop_ids
+
+    def _set_obs(
+        self, fmt: ChatFormat, turn: Turn, messages: list[dict[str, Any]], sources: list[int]
+    ) -> None:
+        bridge = fmt.bridge(messages, ended_with_eos=self._ended(turn), sources=sources)
+        turn.obs_ids, turn.obs_source = bridge.ids, bridge.source
+
+    def _fill_step(self, turn: Turn, step: tuple[Any, ...], env_s: float) -> None:
+        obs, reward, _terminated, _truncated, info = step
+        turn.observation = obs
+        turn.reward = float(reward)
+        turn.tool_calls = list(info.get("tool_calls", []))
+        turn.void = bool(info.get("void_turn", False))
+        turn.timings["env_s"] = env_s
+        usage: dict[str, float] = {}
+        for call in turn.tool_calls:
+            for key, value in (call.get("usage") or {}).items():
+                if isinstance(value, int | float):
+                    usage[key] = usage.get(key, 0.0) + float(value)
+        turn.sandbox_usage = usage or None
+
+    # ------------------------------------------------------------------ the episode
+    async def run(self) -> Episode:
+        cfg = self.config
+        obs, info = await self._env(self.env.reset, seed=self.seed, options=self.options)
+        inner = self.env.unwrapped
+        self.progress.sandbox_id = _sandbox_id(self.env)
+        task = inner.task
+        self.task_id = str(info.get("task_id", getattr(task, "id", "")))
+        tools = list(inner.tools) + (folding.BRANCH_TOOLS if cfg.folding == "branch" else [])
+        fmt = ChatFormat(self.tokenizer, tools)
+        self.per_turn = cfg.template_mode == "per_turn" or (
+            cfg.template_mode == "auto" and not conformance(self.tokenizer).ok
+        )
+        if self.per_turn and cfg.folding != "none":
+            raise ConfigError(
+                "rollout.folding",
+                f"folding needs a chat template that renders incrementally; "
+                f"{conformance(self.tokenizer).summary()}",
+                "use folding=none with this model, or a model whose template passes the check",
+            )
+        await self.policy.start(task)
+        system, task_text = inner.system_prompt, obs
+        messages = fmt.prompt_messages(system, task_text)
+        main = Thread(Segment(prompt_ids=fmt.prompt_ids(system, task_text), kind="main", fold_id=0), [])
+        main.ids = list(main.segment.prompt_ids)
+        if not self.per_turn:
+            self.segments.append(main.segment)
+        current = main
+        branch_turns = branches = summaries = 0
+        pending_branch: Turn | None = None  # main-thread turn waiting for its branch's result
+        observation = task_text
+        index = 0
+        while True:
+            if index >= cfg.max_turns:
+                return await self._truncate("turn budget (rollout.max_turns)")
+            if self.per_turn:
+                prompt = fmt.encode(fmt.render(messages, add_generation_prompt=True))
+            else:
+                prompt = current.ids
+            if len(prompt) + 1 > cfg.max_context_tokens:
+                return await self._truncate("context budget (rollout.max_context_tokens)")
+            out = await self._generate(prompt, observation)
+            turn = self._turn(index, out)
+            index += 1
+            if self.per_turn:
+                thread = Thread(Segment(prompt_ids=list(prompt), kind="turn", fold_id=0), list(prompt))
+                self.segments.append(thread.segment)
+                main = current = thread
+            fold = folding.find_fold_call(turn.action_text) if cfg.folding == "branch" else None
+            in_branch = current is not main
+            # ---------------- branch / return (no env step)
+            if fold is not None and fold.name == "branch" and not in_branch and branches < cfg.max_branches:
+                turn.kind = "branch"
+                main.add(turn)
+                pending_branch = turn
+                branches += 1
+                branch_turns = 0
+                instruction = folding.branch_instruction(fold)
+                bridge = fmt.bridge(
+                    [fmt.obs_message(instruction)],
+                    ended_with_eos=self._ended(turn),
+                    sources=[int(Source.SYSTEM)],
+                )
+                prompt_ids = main.ids + bridge.ids
+                current = Thread(
+                    Segment(prompt_ids=list(prompt_ids), kind="branch", fold_id=branches), list(prompt_ids)
+                )
+                self.segments.append(current.segment)
+                observation = instruction
+                continue
+            if fold is not None and fold.name == "return" and in_branch:
+                turn.kind = "return"
+                current.add(turn)
+                current = self._close_branch(fmt, main, pending_branch, fold)
+                pending_branch = None
+                observation = main.segment.turns[-1].observation
+                continue
+            if fold is not None:  # nested branch, return in main, or branch limit
+                message = (
+                    folding.NESTED_BRANCH
+                    if fold.name == "branch" and in_branch
+                    else folding.RETURN_IN_MAIN
+                    if fold.name == "return"
+                    else folding.BRANCH_LIMIT
+                )
+                turn.observation = message
+                self._set_obs(fmt, turn, [fmt.obs_message(message)], [int(Source.TOOL)])
+                current.add(turn)
+                observation = message
+                continue
+            # ---------------- an env step
+            t0 = time.perf_counter()
+            step = await self._env(self.env.step, turn.action_text)
+            self._fill_step(turn, step, time.perf_counter() - t0)
+            obs, reward, terminated, truncated, info = step
+            observation = obs
+            if terminated or truncated:
+                current.add(turn)
+                return self._finish(reward, terminated, truncated, info)
+            messages = [*messages, {"role": "assistant", "content": turn.action_text}, fmt.obs_message(obs)]
+            if self.per_turn:
+                current.add(turn)
+                continue
+            if in_branch:
+                branch_turns += 1
+            over = len(current.ids) + len(turn.output_ids) + 256 > cfg.summary_threshold
+            if cfg.folding == "summary" and over and summaries < cfg.max_summaries:
+                self._set_obs(
+                    fmt,
+                    turn,
+                    [fmt.obs_message(obs), {"role": "user", "content": folding.SUMMARY_INSTRUCTION}],
+                    [int(Source.TOOL), int(Source.SYSTEM)],
+                )
+                current.add(turn)
+                if index >= cfg.max_turns:
+                    return await self._truncate("turn budget (rollout.max_turns)")
+                out = await self._generate(current.ids, folding.SUMMARY_INSTRUCTION)
+                summary = self._turn(index, out, kind="summary")
+                index += 1
+                current.add(summary)
+                summaries += 1
+                restart = fmt.prompt_ids(system, folding.summary_task(task_text, summary.action_text))
+                current = Thread(
+                    Segment(prompt_ids=restart, kind="summary", fold_id=summaries), list(restart)
+                )
+                main = current
+                self.segments.append(current.segment)
+                continue
+            self._set_obs(fmt, turn, [fmt.obs_message(obs)], [int(Source.TOOL)])
+            current.add(turn)
+            if in_branch and branch_turns >= cfg.branch_max_turns:
+                current = self._close_branch(fmt, main, pending_branch, None)
+                pending_branch = None
+                observation = main.segment.turns[-1].observation
+
+    def _close_branch(
+        self, fmt: ChatFormat, main: Thread, pending: Turn | None, call: folding.FoldCall | None
+    ) -> Thread:
+        assert pending is not None
+        message = folding.return_observation(call)
+        pending.observation = message
+        self._set_obs(fmt, pending, [fmt.obs_message(message)], [int(Source.TOOL)])
+        main.ids += pending.obs_ids  # the pending turn's output ids are already in main.ids
+        return main
+
+    async def _truncate(self, reason: str) -> Episode:
+        reward, final = await self._env(self.env.unwrapped.final_info, None, truncated=True)
+        final = {**final, "truncation": reason}
+        return self._finish(reward, False, True, final)
+
+    def _finish(self, reward: float, terminated: bool, truncated: bool, info: dict[str, Any]) -> Episode:
+        self.progress.touch("done")
+        self.result = {
+            "outcome": float(reward),
+            "terminated": bool(terminated),
+            "truncated": bool(truncated),
+            "answer": info.get("answer"),
+            "ground_truth": info.get("ground_truth"),
+            "metrics": {
+                k: float(v) for k, v in (info.get("metrics") or {}).items() if isinstance(v, int | float)
+            },
+        }
+        if "truncation" in info:
+            self.result["metrics"]["agent_truncated"] = 1.0
+        return self.episode()
+
+    def episode(self, error: str | None = None) -> Episode:
+        """The episode recorded so far (complete after ``run`` returns)."""
+        wall = time.perf_counter() - self._t0
+        return Episode(
+            episode_id=self.episode_id,
+            env_id=self.env_id,
+            task_id=self.task_id,
+            segments=self.segments,
+            group_id=self.group_id,
+            seed=self.seed,
+            outcome=self.result.get("outcome", 0.0),
+            terminated=self.result.get("terminated", False),
+            truncated=self.result.get("truncated", False),
+            answer=self.result.get("answer"),
+            ground_truth=self.result.get("ground_truth"),
+            metrics=self.result.get("metrics", {}),
+            policy_version=self.policy_version,
+            error=error,
+            timings={
+                "wall_s": wall,
+                "generate_s": self.progress.generate_s,
+                "env_s": self.progress.env_s,
+                "generated_tokens": float(self.progress.generated_tokens),
+            },
+        )
+
+
+async def _call_inline(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
+
+
+async def call_in_executor(executor: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run a blocking env call in a thread pool so generation and other episodes go on."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(executor, lambda: fn(*args, **kwargs))

@@ -1,0 +1,494 @@
+"""Run many episodes concurrently: the entry point for trainers and evaluation.
+
+Episodes are asyncio tasks. Env calls (reset/step/close, env construction) run in a thread pool
+so sandboxes and generation overlap; generation requests from all episodes are merged into
+batched calls by a :class:`~agentrl.rollout.batcher.Batcher`. A failed episode is recorded with
+its error and never takes down its siblings; finished episodes are appended to a JSONL file as
+they end; a watchdog names any episode without progress for ``watchdog_s`` and cancels or
+retries it.
+
+    episodes = run_episodes("agentrl/Search-v0", tasks, generator, tokenizer, config)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from agentrl.errors import ConfigError, EpisodeError
+from agentrl.rollout.agent import AgentConfig, EpisodeRun, ModelPolicy, Policy, call_in_executor
+from agentrl.rollout.batcher import Batcher
+from agentrl.rollout.generators.base import Generator
+from agentrl.trajectory import Episode, save, write_jsonl
+
+log = logging.getLogger("agentrl.rollout")
+
+
+@dataclass
+class RunnerConfig:
+    """Runner options (``from_rollout`` builds them from the run config's ``rollout`` section)."""
+
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    concurrency: int = 8
+    group_size: int = 1
+    episode_timeout_s: float = 300.0
+    watchdog_s: float = 120.0
+    watchdog_action: str = "cancel"  # cancel | retry
+    max_retries: int = 1
+    progress: bool = True
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_rollout(
+        cls, rollout: Any, *, env_max_turns: int | None = None, **overrides: Any
+    ) -> RunnerConfig:
+        """Build from a :class:`agentrl.config.RolloutConfig` (fields it lacks keep their defaults)."""
+        agent_fields = {f.name for f in fields(AgentConfig)}
+        agent_kwargs = {k: getattr(rollout, k) for k in agent_fields if hasattr(rollout, k)}
+        if env_max_turns is not None and not hasattr(rollout, "max_turns"):
+            # env turns plus room for branch/return and summary turns
+            agent_kwargs["max_turns"] = (
+                env_max_turns * (3 if getattr(rollout, "folding", "none") != "none" else 1) + 1
+            )
+        runner_kwargs = {
+            k: getattr(rollout, k)
+            for k in (
+                "concurrency",
+                "group_size",
+                "episode_timeout_s",
+                "watchdog_s",
+                "watchdog_action",
+                "max_retries",
+            )
+            if hasattr(rollout, k)
+        }
+        runner_kwargs.update(overrides)
+        return cls(agent=AgentConfig(**agent_kwargs), **runner_kwargs)
+
+
+@dataclass
+class RunStats:
+    """What a run measured (for logs and benchmarks)."""
+
+    episodes: int = 0
+    failed: int = 0
+    retried: int = 0
+    watchdog_fired: int = 0
+    turns: int = 0
+    generated_tokens: int = 0
+    wall_s: float = 0.0
+    generate_busy_s: float = 0.0
+    generator_idle_share: float = 0.0
+    env_s: float = 0.0
+    generate_calls: int = 0
+
+    def as_metrics(self) -> dict[str, float]:
+        wall = max(self.wall_s, 1e-9)
+        return {
+            "rollout/episodes": float(self.episodes),
+            "rollout/failed": float(self.failed),
+            "rollout/episodes_per_s": self.episodes / wall,
+            "rollout/turns_per_s": self.turns / wall,
+            "rollout/tokens_per_s": self.generated_tokens / wall,
+            "rollout/generator_idle_share": self.generator_idle_share,
+            "rollout/watchdog_fired": float(self.watchdog_fired),
+            "perf/rollout_wall_s": self.wall_s,
+        }
+
+
+@dataclass
+class _Job:
+    index: int
+    task: Any
+    group_id: str
+    seed: int | None
+
+
+def _task_options(task: Any) -> tuple[dict[str, Any] | None, str]:
+    """Reset options and a group id for one task spec (Task, dict, task id string, or None)."""
+    if task is None:
+        return None, ""
+    if isinstance(task, str):
+        return {"task_id": task}, task
+    if isinstance(task, dict):
+        return {"task": task}, str(task.get("id", ""))
+    return {"task": task}, str(getattr(task, "id", ""))
+
+
+class Runner:
+    """Runs episodes concurrently over one env (id or factory) and one generator or policy factory."""
+
+    def __init__(
+        self,
+        env: str | Callable[[], Any],
+        tokenizer: Any,
+        *,
+        generator: Generator | None = None,
+        policy_factory: Callable[[], Policy] | None = None,
+        config: RunnerConfig | None = None,
+        policy_version: int = 0,
+    ):
+        if (generator is None) == (policy_factory is None):
+            raise ConfigError("rollout", "give exactly one of generator or policy_factory")
+        self.env = env
+        self.env_id = (
+            env if isinstance(env, str) else getattr(env, "env_id", getattr(env, "__name__", "custom"))
+        )
+        self.tokenizer = tokenizer
+        self.generator = generator
+        self.policy_factory = policy_factory
+        self.config = config or RunnerConfig()
+        if self.config.watchdog_action not in ("cancel", "retry"):
+            raise ConfigError(
+                "rollout.watchdog_action", f"{self.config.watchdog_action!r}", "use cancel or retry"
+            )
+        self.policy_version = policy_version
+        self.stats = RunStats()
+        self._running: dict[int, EpisodeRun] = {}
+        self._tasks: dict[int, asyncio.Task] = {}
+        self._stalled: dict[int, str] = {}
+        self._runs: dict[int, EpisodeRun] = {}  # latest attempt per job (partial record on failure)
+
+    # ------------------------------------------------------------------ env plumbing
+    def _make_env(self) -> Any:
+        if isinstance(self.env, str):
+            from agentrl.env import make
+
+            return make(self.env, **self.config.env_kwargs)
+        return self.env()
+
+    # ------------------------------------------------------------------ one episode
+    async def _episode(self, job: _Job, executor: ThreadPoolExecutor, policy: Policy) -> Episode:
+        async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            return await call_in_executor(executor, fn, *args, **kwargs)
+
+        options, _ = _task_options(job.task)
+        env = await call(self._make_env)
+        run = EpisodeRun(
+            env,
+            policy,
+            self.tokenizer,
+            self.config.agent,
+            env_id=str(self.env_id),
+            call_env=call,
+            group_id=job.group_id,
+            seed=job.seed,
+            options=options,
+            policy_version=self.policy_version,
+        )
+        self._running[job.index] = run
+        self._runs[job.index] = run
+        try:
+            return await asyncio.wait_for(run.run(), timeout=self.config.episode_timeout_s)
+        except TimeoutError:
+            raise EpisodeError(
+                f"episode timeout after {self.config.episode_timeout_s:.0f}s (rollout.episode_timeout_s); "
+                f"{run.progress.describe()}"
+            ) from None
+        finally:
+            self._running.pop(job.index, None)
+            # close() may hang in a broken env: do not wait for it
+            loop = asyncio.get_running_loop()
+            loop.run_in_executor(executor, _close_quietly, env)
+
+    async def _job(
+        self, job: _Job, executor: ThreadPoolExecutor, make_policy: Callable[[], Policy]
+    ) -> Episode:
+        attempts = 1 + (self.config.max_retries if self.config.watchdog_action == "retry" else 0)
+        episode: Episode | None = None
+        for attempt in range(attempts):
+            task = asyncio.create_task(self._episode(job, executor, make_policy()))
+            self._tasks[job.index] = task
+            try:
+                episode = await task
+                self._runs.pop(job.index, None)
+                break
+            except asyncio.CancelledError:
+                reason = self._stalled.pop(job.index, None)
+                if reason is None:
+                    raise  # the whole run was cancelled
+                error = (
+                    f"watchdog: no progress for {self.config.watchdog_s:.0f}s (rollout.watchdog_s): {reason}"
+                )
+                episode = self._failed(job, error)
+                if attempt + 1 < attempts:
+                    self.stats.retried += 1
+                    log.warning("retrying %s", reason)
+            except Exception as exc:  # noqa: BLE001 - recorded on the episode; siblings go on
+                detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+                loc = f" at {where[0].filename}:{where[0].lineno}" if where else ""
+                episode = self._failed(job, f"{detail}{loc}")
+                break
+            finally:
+                self._tasks.pop(job.index, None)
+        assert episode is not None
+        return episode
+
+    def _failed(self, job: _Job, error: str) -> Episode:
+        log.warning("episode failed (%s): %s", self.env_id, error)
+        run = self._runs.pop(job.index, None)
+        if run is not None:
+            return run.episode(error=error)  # what was recorded before the failure
+        _, task_id = _task_options(job.task)
+        return Episode(
+            episode_id=f"failed-{job.index}",
+            env_id=str(self.env_id),
+            task_id=task_id,
+            segments=[],
+            group_id=job.group_id,
+            seed=job.seed,
+            policy_version=self.policy_version,
+            error=error,
+        )
+
+    async def _watchdog(self) -> None:
+        limit = self.config.watchdog_s
+        while True:
+            await asyncio.sleep(min(1.0, limit / 4))
+            now = time.monotonic()
+            for index, run in list(self._running.items()):
+                progress = run.progress
+                if progress.phase == "generate" or progress.phase == "done":
+                    continue  # generation stalls are the generator's timeouts' job
+                if now - progress.last_progress > limit and index not in self._stalled:
+                    reason = progress.describe()
+                    log.warning("watchdog: no progress for %.0fs: %s", limit, reason)
+                    self.stats.watchdog_fired += 1
+                    self._stalled[index] = reason
+                    task = self._tasks.get(index)
+                    if task is not None:
+                        task.cancel()
+
+    # ------------------------------------------------------------------ the run
+    async def arun(
+        self,
+        tasks: Sequence[Any],
+        *,
+        seeds: Sequence[int | None] | None = None,
+        seed: int = 0,
+        out_path: str | Path | None = None,
+    ) -> list[Episode]:
+        """Run ``group_size`` episodes per task; returns episodes in job order (task-major)."""
+        cfg = self.config
+        jobs = []
+        for t_index, task in enumerate(tasks):
+            _, task_id = _task_options(task)
+            group = f"{task_id or 'task'}:{t_index}"
+            for _ in range(cfg.group_size):
+                index = len(jobs)
+                job_seed = seeds[t_index] if seeds is not None else seed + index
+                jobs.append(_Job(index=index, task=task, group_id=group, seed=job_seed))
+        results: list[Episode | None] = [None] * len(jobs)
+        stream = _Stream(out_path)
+        batcher = Batcher(self.generator) if self.generator is not None else None
+        make_policy = self.policy_factory or (lambda: ModelPolicy(batcher.submit))  # type: ignore[union-attr]
+        executor = ThreadPoolExecutor(max_workers=cfg.concurrency + 4, thread_name_prefix="agentrl-env")
+        semaphore = asyncio.Semaphore(cfg.concurrency)
+        t0 = time.perf_counter()
+        display = _Display(len(jobs), self, enabled=cfg.progress)
+
+        async def one(job: _Job) -> None:
+            async with semaphore:
+                episode = await self._job(job, executor, make_policy)
+            results[job.index] = episode
+            stream.write(episode)
+            self._account(episode)
+            display.advance()
+
+        watchdog = asyncio.create_task(self._watchdog())
+        try:
+            with display:
+                await asyncio.gather(*(one(job) for job in jobs))
+        finally:
+            watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
+            if batcher is not None:
+                await batcher.stop()
+            executor.shutdown(wait=False, cancel_futures=True)
+        self.stats.wall_s = time.perf_counter() - t0
+        if batcher is not None:
+            self.stats.generate_busy_s = batcher.busy_s
+            self.stats.generate_calls = batcher.calls
+            self.stats.generator_idle_share = batcher.idle_share(self.stats.wall_s)
+        episodes = [e for e in results if e is not None]
+        stream.finish(episodes)
+        return episodes
+
+    def _account(self, episode: Episode) -> None:
+        self.stats.episodes += 1
+        self.stats.failed += int(episode.failed)
+        self.stats.turns += len(episode.turns)
+        self.stats.generated_tokens += sum(len(t.output_ids) for t in episode.turns)
+        self.stats.env_s += episode.timings.get("env_s", 0.0)
+
+    def run(self, tasks: Sequence[Any], **kwargs: Any) -> list[Episode]:
+        """Synchronous wrapper over :meth:`arun`."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.arun(tasks, **kwargs))
+        raise RuntimeError("Runner.run() was called inside a running event loop; await Runner.arun() instead")
+
+
+def _close_quietly(env: Any) -> None:
+    try:
+        env.close()
+    except Exception as exc:  # noqa: BLE001 - a failing close must not fail the finished episode
+        log.warning("env.close() failed: %s: %s", type(exc).__name__, exc)
+
+
+class _Stream:
+    """Appends finished episodes to JSONL as they end (``.parquet``: a JSONL sidecar, then Parquet)."""
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path else None
+        self.jsonl: Path | None = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.jsonl = (
+                self.path.with_suffix(self.path.suffix + ".partial.jsonl")
+                if self.path.suffix == ".parquet"
+                else self.path
+            )
+            self.jsonl.write_text("")
+
+    def write(self, episode: Episode) -> None:
+        if self.jsonl is not None:
+            write_jsonl([episode], self.jsonl, append=True)
+
+    def finish(self, episodes: list[Episode]) -> None:
+        if self.path is not None and self.path.suffix == ".parquet" and episodes:
+            save(episodes, self.path)
+            assert self.jsonl is not None
+            self.jsonl.unlink(missing_ok=True)
+
+
+class _Display:
+    """Rich progress line: episodes, turns/s, tokens/s, env vs generation time, failures."""
+
+    def __init__(self, total: int, runner: Runner, enabled: bool):
+        self.total = total
+        self.runner = runner
+        self.enabled = enabled
+        self.progress: Any = None
+        self.task_id: Any = None
+        self.t0 = time.perf_counter()
+
+    def __enter__(self) -> _Display:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                TextColumn("rollout"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[info]}"),
+            )
+            self.progress.start()
+            self.task_id = self.progress.add_task("episodes", total=self.total, info="")
+        return self
+
+    def advance(self) -> None:
+        if self.progress is None:
+            return
+        s = self.runner.stats
+        wall = max(time.perf_counter() - self.t0, 1e-9)
+        running = list(self.runner._running.values())
+        gen_s = sum(r.progress.generate_s for r in running)
+        env_s = s.env_s + sum(r.progress.env_s for r in running)
+        info = (
+            f"{s.turns / wall:.1f} turns/s  {s.generated_tokens / wall:.0f} tok/s  "
+            f"env {env_s:.0f}s / gen-wait {gen_s:.0f}s  failed {s.failed}"
+        )
+        self.progress.update(self.task_id, advance=1, info=info)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def run_episodes(
+    env: str | Callable[[], Any],
+    tasks: Sequence[Any],
+    generator: Generator | None,
+    tokenizer: Any,
+    config: Any = None,
+    *,
+    policy_factory: Callable[[], Policy] | None = None,
+    seeds: Sequence[int | None] | None = None,
+    seed: int = 0,
+    out_path: str | Path | None = None,
+    policy_version: int = 0,
+    stats: RunStats | None = None,
+    **overrides: Any,
+) -> list[Episode]:
+    """Run episodes for ``tasks`` (Task, dict, task id, or None for a seeded random task).
+
+    Args:
+        env: registered env id (``agentrl/Search-v0``) or a zero-argument factory returning an env.
+        tasks: one entry per task; each runs ``group_size`` times (same group id).
+        generator: the generation backend (or ``None`` with ``policy_factory``, e.g. oracles).
+        tokenizer: the model's tokenizer (chat template, bridge ids).
+        config: a :class:`RunnerConfig`, a :class:`agentrl.config.RolloutConfig`, or None.
+        policy_factory: builds one policy per episode (e.g. ``lambda: OraclePolicy(MyOracle(), tok)``).
+        seeds: per-task reset seeds (default ``seed + job index``).
+        out_path: stream finished episodes to this ``.jsonl`` (or ``.parquet`` at the end).
+        stats: a :class:`RunStats` to fill (throughput, generator idle share, failures).
+        **overrides: RunnerConfig fields (``concurrency=``, ``group_size=``, ``progress=`` ...).
+
+    Returns:
+        Episodes in task-major order; failed ones have ``error`` set and no segments.
+    """
+    if isinstance(config, RunnerConfig):
+        import dataclasses
+
+        runner_config = dataclasses.replace(config, **overrides) if overrides else config
+    elif config is None:
+        runner_config = RunnerConfig(**overrides)
+    else:
+        runner_config = RunnerConfig.from_rollout(config, **overrides)
+    runner = Runner(
+        env,
+        tokenizer,
+        generator=generator,
+        policy_factory=policy_factory,
+        config=runner_config,
+        policy_version=policy_version,
+    )
+    episodes = runner.run(tasks, seeds=seeds, seed=seed, out_path=out_path)
+    if stats is not None:
+        stats.__dict__.update(runner.stats.__dict__)
+    return episodes
+
+
+def run_oracle_episodes(
+    env: str | Callable[[], Any],
+    tasks: Sequence[Any],
+    oracle_factory: Callable[[], Any],
+    tokenizer: Any,
+    config: Any = None,
+    **kwargs: Any,
+) -> list[Episode]:
+    """Demonstration episodes: a scripted oracle acts; its text becomes model-turn ids (log-prob 0)."""
+    from agentrl.rollout.oracle_agent import OraclePolicy
+
+    return run_episodes(
+        env,
+        tasks,
+        None,
+        tokenizer,
+        config,
+        policy_factory=lambda: OraclePolicy(oracle_factory(), tokenizer),
+        **kwargs,
+    )
