@@ -19,6 +19,7 @@ import base64
 import json
 import os
 import resource
+import select
 import selectors
 import signal
 import subprocess
@@ -76,6 +77,7 @@ class Agent:
     def __init__(self):
         self.sessions = {}  # sid -> Popen of a live interpreter
         self.oom_flag = False
+        self.unchecked = set()  # sessions that may have been killed since they last answered
         self.reaped = {}  # pid -> (status, rusage) of children reaped while waiting for others
         self.selector = selectors.DefaultSelector()
         self.wake_r, wake_w = os.pipe()
@@ -190,6 +192,7 @@ class Agent:
 
     # ---------------------------------------------------------------- ops
     def op_exec(self, request):
+        self.unchecked = set(self.sessions)
         timeout = float(request.get("timeout", 10.0))
         env = dict(ENV, **request.get("env", {}))
         stdin_data = base64.b64decode(request["stdin"]) if request.get("stdin") is not None else None
@@ -311,15 +314,36 @@ class Agent:
         self.wait_for(proc.pid)
         proc.returncode = -9
 
+    def session_alive(self, sid, proc):
+        """True when the interpreter answers a ping; only asked after something else ran in the box
+        (an exec or a reset may have killed it a moment ago, with its death not yet visible)."""
+        self.reap()
+        if proc.pid in self.reaped:
+            return False
+        if sid not in self.unchecked:
+            return True
+        try:
+            os.write(proc.req_w, b'{"ping": true}\n')
+        except BrokenPipeError:
+            return False
+        answer = b""
+        deadline = time.monotonic() + 2.0
+        while not answer.endswith(b"\n") and time.monotonic() < deadline:
+            if select.select([proc.resp_r], [], [], max(deadline - time.monotonic(), 0))[0]:
+                chunk = os.read(proc.resp_r, 4096)
+                if not chunk:
+                    return False
+                answer += chunk
+        return answer.endswith(b"\n")
+
     def op_py(self, request):
         sid = str(request.get("sid", "default"))
         timeout = float(request.get("timeout", 10.0))
         notes = []
         restarted = False
         died_note = "[python session had died since the last call; a fresh one runs this cell: earlier variables are lost]"
-        self.reap()
         proc = self.sessions.get(sid)
-        if proc is not None and proc.pid in self.reaped:
+        if proc is not None and not self.session_alive(sid, proc):
             self.kill_session(sid)
             proc = None
             restarted = True
@@ -329,15 +353,7 @@ class Agent:
         oom_before = oom_kill_count()
         self.oom_flag = False
         started = time.monotonic()
-        message = (json.dumps({"code": request["code"]}) + "\n").encode()
-        try:
-            os.write(proc.req_w, message)
-        except BrokenPipeError:  # died a moment ago, not yet reaped
-            self.kill_session(sid)
-            proc = self.start_session(sid)
-            restarted = True
-            notes.append(died_note)
-            os.write(proc.req_w, message)
+        os.write(proc.req_w, (json.dumps({"code": request["code"]}) + "\n").encode())
         out, err, reply = Capture(), Capture(), Capture()
         streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err, proc.resp_r: reply}
 
@@ -369,6 +385,7 @@ class Agent:
             restarted = True
             notes.append(f"[python session {why} and was restarted: all variables are lost]")
         self.sweep()
+        self.unchecked.discard(sid)
         oom = self.oom_flag or (oom_before is not None and (oom_kill_count() or 0) > oom_before)
         stderr = err.text()
         if notes:
