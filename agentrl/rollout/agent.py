@@ -69,6 +69,39 @@ class AgentConfig:
     template_mode: str = "auto"  # auto | concat | per_turn
     seed: int | None = None
 
+    def validate(self) -> None:
+        """Raise ConfigError naming the field for bad values."""
+        choices = {"folding": ("none", "branch", "summary"), "template_mode": ("auto", "concat", "per_turn")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(
+                    f"rollout.{name}",
+                    f"{getattr(self, name)!r} is not allowed",
+                    f"use one of: {', '.join(allowed)}",
+                )
+        for name in ("max_new_tokens", "max_context_tokens", "max_turns"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"rollout.{name}", f"must be >= 1, got {getattr(self, name)}")
+        if self.max_new_tokens >= self.max_context_tokens:
+            raise ConfigError(
+                "rollout.max_new_tokens",
+                f"{self.max_new_tokens} leaves no room in max_context_tokens={self.max_context_tokens}",
+                "lower max_new_tokens or raise max_context_tokens",
+            )
+        self.sampling()  # temperature / top_p ranges
+
+    def check_template(self, tokenizer: Any) -> None:
+        """Folding needs a template that renders incrementally (checked once, before any episode)."""
+        if self.folding == "none":
+            return
+        report = conformance(tokenizer)
+        if self.template_mode == "per_turn" or (self.template_mode == "auto" and not report.ok):
+            raise ConfigError(
+                "rollout.folding",
+                f"folding needs a chat template that renders incrementally; {report.summary()}",
+                "use folding=none with this model, or a model whose template passes the check",
+            )
+
     def sampling(self) -> SamplingParams:
         return SamplingParams(
             max_new_tokens=self.max_new_tokens,
@@ -148,10 +181,7 @@ class EpisodeRun:
         options: dict[str, Any] | None = None,
         policy_version: int = 0,
     ):
-        if config.folding not in ("none", "branch", "summary"):
-            raise ConfigError(
-                "rollout.folding", f"{config.folding!r} is not allowed", "use none, branch or summary"
-            )
+        config.validate()
         self.env = env
         self.policy = policy
         self.tokenizer = tokenizer
@@ -246,13 +276,7 @@ class EpisodeRun:
         self.per_turn = cfg.template_mode == "per_turn" or (
             cfg.template_mode == "auto" and not conformance(self.tokenizer).ok
         )
-        if self.per_turn and cfg.folding != "none":
-            raise ConfigError(
-                "rollout.folding",
-                f"folding needs a chat template that renders incrementally; "
-                f"{conformance(self.tokenizer).summary()}",
-                "use folding=none with this model, or a model whose template passes the check",
-            )
+        cfg.check_template(self.tokenizer)
         await self.policy.start(task)
         system, task_text = inner.system_prompt, obs
         messages = fmt.prompt_messages(system, task_text)

@@ -100,10 +100,14 @@ class Batcher:
                 if not r.future.done():
                     r.future.cancel()
             raise
-        except Exception as exc:  # noqa: BLE001 - handed to every waiting episode, which records it
+        except Exception as exc:  # noqa: BLE001 - handed to the waiting episodes, which record it
+            if len(live) == 1:
+                if not live[0].future.done():
+                    live[0].future.set_exception(exc)
+                return
+            # One bad request must not fail its batch-mates: retry each alone.
             for r in live:
-                if not r.future.done():
-                    r.future.set_exception(exc)
+                await self._run(sampling, [r])
             return
         finally:
             self.busy_s += time.perf_counter() - t0

@@ -150,6 +150,8 @@ class Runner:
             raise ConfigError(
                 "rollout.watchdog_action", f"{self.config.watchdog_action!r}", "use cancel or retry"
             )
+        self.config.agent.validate()
+        self.config.agent.check_template(tokenizer)
         self.policy_version = policy_version
         self.stats = RunStats()
         self._running: dict[int, EpisodeRun] = {}

@@ -1,0 +1,104 @@
+"""Runner: crashing and hanging envs are recorded (watchdog) without harming siblings; retries."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl.config import RolloutConfig
+from agentrl.rollout.agent import AgentConfig
+from agentrl.rollout.generators.scripted import ScriptedGenerator
+from agentrl.rollout.runner import RunnerConfig, RunStats, run_episodes
+
+from .test_agent import lookup_script
+from .toy import LookupEnv, make_lookup_env
+
+
+@pytest.fixture(autouse=True)
+def _reset_faults():
+    LookupEnv.faults = {}
+    LookupEnv.hangs_left["count"] = 0
+    yield
+    LookupEnv.faults = {}
+    LookupEnv.hangs_left["count"] = 0
+
+
+def _config(**kw):
+    return RunnerConfig(agent=AgentConfig(max_new_tokens=64), concurrency=4, progress=False, **kw)
+
+
+def test_a_crashing_env_is_recorded_and_siblings_finish(tokenizer):
+    LookupEnv.faults = {"crash_on": "k2"}
+    gen = ScriptedGenerator(tokenizer, lookup_script)
+    stats = RunStats()
+    episodes = run_episodes(make_lookup_env, ["k1", "k2", "k3"], gen, tokenizer, _config(), stats=stats)
+    assert [e.failed for e in episodes] == [False, True, False]
+    assert [e.outcome for e in episodes if not e.failed] == [1.0, 1.0]
+    crashed = episodes[1]
+    assert "RuntimeError: simulated env crash on k2" in crashed.error and "toy.py" in crashed.error
+    assert crashed.task_id == "k2" and crashed.segments[0].turns == []  # partial record kept
+    assert stats.failed == 1 and stats.episodes == 3
+
+
+def test_watchdog_names_a_hanging_episode_and_cancels_it(tokenizer):
+    LookupEnv.faults = {"hang_on": "k4", "hang_s": 6}
+    LookupEnv.hangs_left["count"] = 1
+    gen = ScriptedGenerator(tokenizer, lookup_script)
+    stats = RunStats()
+    episodes = run_episodes(
+        make_lookup_env, ["k4", "k5"], gen, tokenizer, _config(watchdog_s=1.0), stats=stats, out_path=None
+    )
+    hung, fine = episodes
+    assert fine.outcome == 1.0 and not fine.failed
+    assert hung.failed and hung.error.startswith("watchdog: no progress for 1s")
+    assert "turn 0" in hung.error and "phase env" in hung.error and "lookup" in hung.error
+    assert stats.watchdog_fired == 1
+
+
+def test_watchdog_retry_reruns_the_episode(tokenizer):
+    LookupEnv.faults = {"hang_on": "k6", "hang_s": 6}
+    LookupEnv.hangs_left["count"] = 1  # only the first attempt hangs
+    gen = ScriptedGenerator(tokenizer, lookup_script)
+    stats = RunStats()
+    (episode,) = run_episodes(
+        make_lookup_env,
+        ["k6"],
+        gen,
+        tokenizer,
+        _config(watchdog_s=1.0, watchdog_action="retry", max_retries=1),
+        stats=stats,
+    )
+    assert not episode.failed and episode.outcome == 1.0
+    assert stats.retried == 1 and stats.watchdog_fired == 1
+
+
+def test_episode_timeout_is_recorded(tokenizer):
+    LookupEnv.faults = {"hang_on": "k7", "hang_s": 4}
+    LookupEnv.hangs_left["count"] = 1
+    gen = ScriptedGenerator(tokenizer, lookup_script)
+    (episode,) = run_episodes(
+        make_lookup_env, ["k7"], gen, tokenizer, _config(episode_timeout_s=1.0, watchdog_s=60)
+    )
+    assert episode.failed and "episode timeout after 1s" in episode.error
+
+
+def test_generator_errors_fail_only_their_episodes(tokenizer):
+    def respond(prompt, index):
+        if "k1?" in prompt:
+            raise ValueError("scripted generator failure")
+        return lookup_script(prompt, index)
+
+    episodes = run_episodes(
+        make_lookup_env, ["k0", "k1"], ScriptedGenerator(tokenizer, respond), tokenizer, _config()
+    )
+    assert not episodes[0].failed and episodes[1].failed and "scripted generator failure" in episodes[1].error
+
+
+def test_runner_config_from_rollout_config():
+    rollout = RolloutConfig(concurrency=3, group_size=2, max_new_tokens=32, folding="branch")
+    config = RunnerConfig.from_rollout(rollout, env_max_turns=4, progress=False)
+    assert config.concurrency == 3 and config.group_size == 2 and not config.progress
+    assert (
+        config.agent.max_new_tokens == 32
+        and config.agent.folding == "branch"
+        and config.agent.max_turns == 13
+    )
