@@ -102,10 +102,26 @@ class RolloutConfig:
     """Context folding: none | branch (FoldGRPO branch/return) | summary (SUPO/FoldAct)."""
     summary_threshold: int = 1536
     """With folding=summary: summarize when the working context passes this many tokens."""
+    max_summaries: int = 4
+    """With folding=summary: at most this many summaries (context restarts) per episode."""
+    max_branches: int = 10
+    """With folding=branch: at most this many branches per episode."""
+    branch_max_turns: int = 8
+    """With folding=branch: a branch that runs this many env turns without return is closed."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    template_mode: str = "auto"
+    """Token bookkeeping: auto (concat if the chat template passes the conformance check, else one row per turn) | concat | per_turn."""
+    watchdog_action: str = "cancel"
+    """What the watchdog does with a stalled episode: cancel (record it as failed) | retry (fresh env, up to max_retries)."""
+    max_retries: int = 1
+    """With watchdog_action=retry: re-runs of a stalled episode."""
 
     def validate(self, prefix: str) -> None:
         _choice(f"{prefix}.backend", self.backend, ("hf", "vllm", "openai"))
         _choice(f"{prefix}.folding", self.folding, ("none", "branch", "summary"))
+        _choice(f"{prefix}.template_mode", self.template_mode, ("auto", "concat", "per_turn"))
+        _choice(f"{prefix}.watchdog_action", self.watchdog_action, ("cancel", "retry"))
         if self.backend == "openai" and not self.base_url:
             raise ConfigError(
                 f"{prefix}.base_url",
