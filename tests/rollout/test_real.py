@@ -1,0 +1,77 @@
+"""Real components end to end: the Search env with its oracle, and real SmolLM2 rollouts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentrl.rollout.agent import AgentConfig
+from agentrl.rollout.generators.base import GenerationOutput, SamplingParams
+from agentrl.rollout.generators.hf import HFGenerator
+from agentrl.rollout.runner import RunnerConfig, RunStats, run_episodes, run_oracle_episodes
+from agentrl.trajectory import build_batch
+
+
+def test_search_oracle_demonstrations_through_the_runner(tokenizer):
+    from agentrl.envs.search.oracle import SearchOracle
+
+    episodes = run_oracle_episodes(
+        "agentrl/Search-v0", [None, None], SearchOracle, tokenizer, None, progress=False, seed=3
+    )
+    assert [e.outcome for e in episodes] == [1.0, 1.0]
+    for episode in episodes:
+        seg = episode.segments[0]
+        assert seg.turns[-1].action_text.startswith("<answer>")
+        assert all(t.output_ids[-1] == tokenizer.eos_token_id for t in seg.turns)
+        assert tokenizer.decode(seg.token_ids()).endswith("</answer><|im_end|>")
+
+
+class Recording(HFGenerator):
+    """The real HF generator, remembering every prompt and output (for the invariant)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen: list[tuple[list[int], GenerationOutput]] = []
+
+    def generate(self, prompts, sampling: SamplingParams):
+        outs = super().generate(prompts, sampling)
+        self.seen += [(list(p), o) for p, o in zip(prompts, outs, strict=True)]
+        return outs
+
+
+@pytest.mark.slow
+def test_smollm2_on_search_keeps_tokens_and_logprobs_exact():
+    from agentrl.rollout.model import load_model
+
+    torch.set_num_threads(1)  # 2 shared cores: one thread avoids oversubscription
+    model, tokenizer = load_model("smollm2-135m")
+    gen = Recording(model, tokenizer)
+    config = RunnerConfig(
+        agent=AgentConfig(max_new_tokens=40, max_turns=2, temperature=0.8, max_context_tokens=2048),
+        concurrency=2,
+        progress=False,
+        env_kwargs={"max_turns": 2},
+    )
+    stats = RunStats()
+    episodes = run_episodes("agentrl/Search-v0", [None, None], gen, tokenizer, config, seed=1, stats=stats)
+    assert all(not e.failed for e in episodes), [e.error for e in episodes]
+    assert stats.generated_tokens > 0 and 0.0 <= stats.generator_idle_share <= 1.0
+    by_output = {tuple(o.ids): (p, o) for p, o in gen.seen}
+    for episode in episodes:
+        for seg in episode.segments:
+            row = seg.token_ids()
+            position = len(seg.prompt_ids)
+            for turn in seg.turns:
+                fed, out = by_output[tuple(turn.output_ids)]
+                assert fed == row[:position] and turn.output_logprobs == out.logprobs
+                position += len(turn.output_ids) + len(turn.obs_ids)
+    # the learner's recomputation equals the sampler's log-probs (temperature-scaled)
+    batch = build_batch(episodes, pad_id=tokenizer.pad_token_id)
+    with torch.no_grad():
+        logits = model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask
+        ).logits.float()  # [B, L, V]
+    logp = torch.log_softmax(logits[:, :-1] / 0.8, -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+    mask = batch.loss_mask[:, 1:].bool()
+    diff = (logp[mask] - batch.old_logprobs[:, 1:][mask]).abs()
+    assert diff.max().item() < 2e-3, diff.max().item()
