@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agentrl.sandboxes import SandboxPool, make_sandbox  # noqa: E402
 from common import Row, median, parser, percentile, print_table, write_json  # noqa: E402
+
+from agentrl.sandboxes import SandboxPool, make_sandbox  # noqa: E402
 
 PRINT1 = ["python3", "-c", "print(1)"]
 # The baseline runs the same interpreter build as the sandboxes (Debian's), never a shim: a pyenv

@@ -17,11 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentrl.sandboxes.base import AgentSandbox, ExecResult, Limits, PythonSession, Sandbox, Usage
-from agentrl.sandboxes.pool import PoolStats, SandboxPool
-
 from agentrl.errors import ConfigError, SandboxError, SandboxLost
 from agentrl.registry import SANDBOX_BACKENDS, lazy
+from agentrl.sandboxes.base import AgentSandbox, ExecResult, Limits, PythonSession, Sandbox, Usage
+from agentrl.sandboxes.pool import PoolStats, SandboxPool
 
 lazy(SANDBOX_BACKENDS, "docker", "agentrl.sandboxes.docker_backend:DockerSandbox")
 lazy(SANDBOX_BACKENDS, "bwrap", "agentrl.sandboxes.bwrap_backend:BwrapSandbox")

@@ -21,10 +21,9 @@ import threading
 import time
 from typing import Any
 
+from agentrl.errors import SandboxError
 from agentrl.sandboxes.base import AGENT_SOURCE, AgentSandbox, Limits, TransportClosed
 from agentrl.sandboxes.image import IMAGE_ENV, SANDBOX_UID, WORK_DIR
-
-from agentrl.errors import SandboxError
 
 # When the host process is root, each bwrap sandbox runs as its own unprivileged host uid, so that
 # RLIMIT_NPROC (counted per host uid) is a per-sandbox process limit.

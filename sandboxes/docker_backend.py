@@ -15,10 +15,9 @@ import threading
 import time
 from typing import Any
 
+from agentrl.errors import SandboxError
 from agentrl.sandboxes.base import AGENT_SOURCE, AgentSandbox, Limits, TransportClosed
 from agentrl.sandboxes.image import SANDBOX_UID, WORK_DIR, default_image
-
-from agentrl.errors import SandboxError
 
 LABEL = "agentrl.sandbox"
 _client_lock = threading.Lock()

@@ -17,9 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.sandboxes.base import AgentSandbox
-
 from agentrl.errors import SandboxError
+from agentrl.sandboxes.base import AgentSandbox
 
 
 @dataclass

@@ -9,8 +9,9 @@ from __future__ import annotations
 import functools
 
 import pytest
-from agentrl.sandboxes import make_sandbox
 from sandbox_helpers import TEST_LIMITS
+
+from agentrl.sandboxes import make_sandbox
 
 BACKENDS = [pytest.param("docker", marks=pytest.mark.docker), pytest.param("bwrap", marks=pytest.mark.bwrap)]
 
@@ -34,6 +35,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def docker_image_reason() -> str | None:
     import docker.errors
+
     from agentrl.sandboxes.docker_backend import docker_client
     from agentrl.sandboxes.image import default_image
 

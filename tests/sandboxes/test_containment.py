@@ -11,10 +11,10 @@ import threading
 import uuid
 
 import pytest
-from agentrl.sandboxes import make_sandbox
 from sandbox_helpers import TEST_LIMITS, assert_usable
 
 from agentrl.errors import SandboxError
+from agentrl.sandboxes import make_sandbox
 
 FORK_BOMB = """
 import os

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import TEST_LIMITS
+
 from agentrl.sandboxes import make_sandbox, resolve_backend
 from agentrl.sandboxes.image import apt_mirror, default_image, recipe_hash
-from sandbox_helpers import TEST_LIMITS
 
 BACKENDS = [pytest.param("docker", marks=pytest.mark.docker), pytest.param("bwrap", marks=pytest.mark.bwrap)]
 

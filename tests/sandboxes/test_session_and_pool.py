@@ -10,11 +10,11 @@ import threading
 import time
 
 import pytest
-from agentrl.sandboxes import SandboxPool, make_sandbox
 from sandbox_helpers import TEST_LIMITS, assert_usable
 
 from agentrl.errors import ConfigError, SandboxError, SandboxLost
 from agentrl.registry import SANDBOX_BACKENDS
+from agentrl.sandboxes import SandboxPool, make_sandbox
 
 
 def test_session_keeps_variables_and_echoes_the_last_expression(sandbox):
