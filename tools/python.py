@@ -16,16 +16,17 @@ import atexit
 import contextlib
 import threading
 import time
+import weakref
 from typing import Any
 
-from agentrl.tools.base import Tool, ToolResult, tool
-
 from agentrl.errors import SandboxError, ToolError
+from agentrl.tools.base import Tool, ToolResult, tool
 
 DEFAULT_POOL_SIZE = 4
 _POOLS: dict[tuple[Any, ...], Any] = {}
 _POOL_FAILURES: dict[tuple[Any, ...], tuple[float, str]] = {}
 _POOLS_LOCK = threading.Lock()
+_LIVE_SLOTS: weakref.WeakSet[SandboxSlot] = weakref.WeakSet()  # slots holding a lease (released at exit)
 FAILURE_RETRY_S = 30.0  # a backend that failed to start is not retried on every call
 
 
@@ -60,7 +61,9 @@ def shared_pool(backend: str = "auto", size: int = DEFAULT_POOL_SIZE, **limits: 
 
 @atexit.register
 def close_shared_pools() -> None:
-    """Close every shared pool (their sandboxes too). Safe to call twice."""
+    """Release live leases, then close every shared pool (their sandboxes too). Safe to call twice."""
+    for slot in list(_LIVE_SLOTS):
+        slot.release()
     with _POOLS_LOCK:
         pools = list(_POOLS.values())
         _POOLS.clear()
@@ -106,6 +109,7 @@ class SandboxSlot:
             stack = contextlib.ExitStack()
             self._sandbox = stack.enter_context(pool.lease(timeout=self.lease_timeout_s))
             self._stack = stack
+            _LIVE_SLOTS.add(self)
             self.lease_seconds += time.perf_counter() - start
         return self._sandbox
 
@@ -116,6 +120,7 @@ class SandboxSlot:
     def release(self) -> None:
         """Give the sandbox back (the pool resets it). Safe to call twice."""
         stack, self._stack, self._sandbox = self._stack, None, None
+        _LIVE_SLOTS.discard(self)
         if stack is not None:
             stack.close()
 

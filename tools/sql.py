@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentrl.errors import ToolError
 from agentrl.tools.base import Tool, ToolResult, tool
 from agentrl.tools.python import SandboxSlot
-
-from agentrl.errors import ToolError
 
 FORBIDDEN = {
     "INSERT", "UPDATE", "DELETE", "DROP", "CREATE", "ALTER", "ATTACH", "DETACH", "PRAGMA", "VACUUM",

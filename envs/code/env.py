@@ -26,15 +26,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from agentrl.envs.code.generator import KINDS, generate, to_record
-from agentrl.envs.code.scoring import is_correct, last_boxed
-from agentrl.tools.base import Tool
-from agentrl.tools.python import SandboxSlot, make_python_tool
-
 from agentrl.actions import parse_action
 from agentrl.env import Score, Task, TextEnv
+from agentrl.envs.code.generator import KINDS, generate, to_record
+from agentrl.envs.code.scoring import is_correct, last_boxed
 from agentrl.errors import ConfigError
 from agentrl.paths import shared_data_dir
+from agentrl.tools.base import Tool
+from agentrl.tools.python import SandboxSlot, make_python_tool
 
 SOURCES = {
     "generated": None,
@@ -188,7 +187,7 @@ class CodeEnv(TextEnv):
     def score(self, answer: str | None, task: Task) -> Score:
         correct = is_correct(answer, str(task.answer), task.payload.get("compare", "math"))
         self.slot.release()  # the episode is over: its sandbox goes back to the pool now
-        metrics = {"correct": float(correct), "sandbox_seconds": self.slot.sandbox_seconds}
+        metrics = {"correct": float(correct)}
         if self.void_turn_policy != "off":
             metrics["void_trajectory"] = float(self._metrics.get("void_turns", 0.0) > 0)
         return Score(float(correct), metrics)

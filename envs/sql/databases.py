@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentrl.envs.sql.chinook import build_chinook
-
 from agentrl.errors import ConfigError
 from agentrl.paths import cache_dir
 

@@ -24,15 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentrl.env import Score, Task, TextEnv
 from agentrl.envs.sql.compare import is_sql, parse_values, rows_match, strip_fence
 from agentrl.envs.sql.databases import DATABASES, database_path, open_readonly
 from agentrl.envs.sql.questions import build_questions
+from agentrl.errors import ConfigError, SandboxError, ToolError
 from agentrl.tools.base import Tool
 from agentrl.tools.python import SandboxSlot
 from agentrl.tools.sql import SandboxSQL, TableInfo, database_schema, make_sql_tools
-
-from agentrl.env import Score, Task, TextEnv
-from agentrl.errors import ConfigError, SandboxError, ToolError
 
 SYSTEM_PROMPT = """You answer questions about a SQLite database by exploring it with tools.
 Tools: list_tables() lists the tables; describe(table) shows a table's columns and example rows;
@@ -162,7 +161,6 @@ class SQLEnv(TextEnv):
             metrics["correct"] = float(correct)
             return Score(float(correct), metrics)
         finally:
-            metrics["sandbox_seconds"] = self.slot.sandbox_seconds
             self._release()  # the episode is over: its sandbox goes back to the pool now
 
     def _answer_rows(self, sql: str, gold_rows: int) -> list[list[Any]] | None:
