@@ -163,18 +163,19 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=None)
     parser.add_argument("--turns", type=int, default=16)
     parser.add_argument("--forward-tokens", type=int, default=None, help="tokens in the measured forward")
-    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=None, help="timed runs per objective (median)")
     parser.add_argument("--json", default=None, help="also write the results to this path")
     args = parser.parse_args()
     rows = args.rows or (8 if args.quick else 256)
     length = args.length or (512 if args.quick else 8192)
     turns = 4 if args.quick and args.turns == 16 else args.turns
     fwd_tokens = args.forward_tokens or (64 if args.quick else 512)
-    repeats = args.repeats or (1 if args.quick else 3)
+    repeats = args.repeats or 5  # objectives are cheap; the median of 5 rides out scheduler noise
+    fwd_repeats = 1 if args.quick else 2
 
     batch = make_batch(rows, length, turns)
     results = [(name, timed(fn, repeats)) for name, fn in objective_cases(batch)]
-    fwd_ms, per_token = forward_ms_per_token(fwd_tokens, repeats)
+    fwd_ms, per_token = forward_ms_per_token(fwd_tokens, fwd_repeats)
     total_tokens = rows * length
     fwd_full = per_token * total_tokens
 
