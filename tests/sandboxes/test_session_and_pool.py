@@ -211,3 +211,29 @@ def test_closed_sandbox_refuses_until_started_again(backend):
     assert box.exec("print(6)", timeout=10).stdout == "6\n"
     box.close()
     box.close()  # twice is fine
+
+
+def freeze(box) -> None:
+    """A hiccup: the box stops answering without dying (paused container, stopped agent)."""
+    if box.backend == "docker":
+        from agentrl.sandboxes.docker_backend import docker_client
+
+        docker_client().api.pause(box.container_id)
+    else:
+        agent = int(open(f"/proc/{box.process.pid}/task/{box.process.pid}/children").read().split()[0])
+        os.kill(agent, signal.SIGSTOP)  # from outside its pid namespace, so it is not ignored
+
+
+def test_hung_box_is_declared_lost_and_replaced(backend, monkeypatch):
+    import agentrl.sandboxes.base as base
+
+    monkeypatch.setattr(base, "AGENT_GRACE_S", 1.0)  # host-side slack past the exec's own timeout
+    with make_sandbox(backend, **TEST_LIMITS) as box:
+        box.exec("print(0)", timeout=5)
+        freeze(box)
+        started = time.monotonic()
+        with pytest.raises(SandboxLost, match="stopped answering"):
+            box.exec("print(1)", timeout=1.0)
+        assert time.monotonic() - started < 6
+        assert box.exec("print(2)", timeout=10).stdout == "2\n"
+        assert box.lost_count == 1
