@@ -8,8 +8,8 @@ Both expose the same small surface, so the trainer never asks which one it has::
     engine.save(dir) / engine.load(dir)
     engine.all_reduce_sum(x)         # across data-parallel ranks (identity on one process)
 
-Gradient accumulation is owned by the caller (DeepSpeed runs with
-``managed_gradient_accumulation: false``): it weights each micro-batch's loss by its share of the
+Gradient accumulation is owned by the caller (it tells ``backward`` which micro-batch is the
+minibatch's last, where DeepSpeed reduces and steps): it weights each micro-batch's loss by its share of the
 minibatch's normaliser, times the world size because data-parallel reduction averages ranks.
 Then k micro-batches give exactly the gradient of one big batch.
 
@@ -87,10 +87,14 @@ class TorchEngine(_EngineBase):
         self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _warmup(warmup_steps))
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor) -> PolicyOutput:
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, reference: bool = False
+    ) -> PolicyOutput:
+        if reference:  # no gradient, so no DDP bookkeeping
+            return self.policy(input_ids, attention_mask, loss_mask, reference=True)
         return self.module(input_ids, attention_mask, loss_mask)
 
-    def backward(self, loss: Tensor) -> None:
+    def backward(self, loss: Tensor, last: bool = True) -> None:
         loss.backward()
 
     def step(self) -> dict[str, float]:
@@ -141,8 +145,7 @@ def deepspeed_config(*, zero_stage: int, micro_batch_size: int, bf16: bool, offl
     return {
         "train_micro_batch_size_per_gpu": micro_batch_size,
         "train_batch_size": micro_batch_size * world_size,
-        "gradient_accumulation_steps": 1,
-        "managed_gradient_accumulation": False,  # the trainer calls step() once per minibatch
+        "gradient_accumulation_steps": 1,  # the trainer marks each minibatch's last micro-batch
         "gradient_clipping": max_grad_norm if max_grad_norm > 0 else 0.0,
         "bf16": {"enabled": bf16},
         "zero_optimization": zero,
@@ -181,15 +184,20 @@ class DeepSpeedEngine(_EngineBase):
         )
         self.module = self.engine
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor) -> PolicyOutput:
-        return self.engine(input_ids, attention_mask, loss_mask)
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, reference: bool = False
+    ) -> PolicyOutput:
+        return self.engine(input_ids, attention_mask, loss_mask, reference)
 
-    def backward(self, loss: Tensor) -> None:
+    def backward(self, loss: Tensor, last: bool = True) -> None:
+        # DeepSpeed reduces and steps on the micro-batch the caller marks as the boundary
+        self.engine.set_gradient_accumulation_boundary(last)
+        self._lr = self.optimizer.param_groups[0]["lr"]
         self.engine.backward(loss, scale_wrt_gas=False)
+        self.engine.step()
 
     def step(self) -> dict[str, float]:
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.engine.step()
+        lr = self._lr
         norm = self.engine.get_global_grad_norm()
         return {"grad_norm": float(norm) if norm is not None else float("nan"), "lr": float(lr)}
 

@@ -66,7 +66,7 @@ class Policy(nn.Module):
         super().__init__()
         self.model = model
         self.logprob_impl = logprob_impl
-        self.temperature = temperature
+        self.temperature = temperature if temperature > 0 else 1.0  # greedy sampling: T = 1
         hidden = self.lm.config.hidden_size
         self.value_head = nn.Linear(hidden, 1) if critic else None
         if self.value_head is not None:
@@ -98,10 +98,7 @@ class Policy(nn.Module):
         select = loss_mask[:, 1:] > 0  # [B, L-1] positions t-1 that predict a trained token t
         rows = hidden[:, :-1][select]  # [N, H]
         targets = input_ids[:, 1:][select]  # [N]
-        weight = lm.get_output_embeddings().weight  # [V, H]
-        logp, entropy = token_logprobs_entropy(
-            rows, weight, targets, impl=self.logprob_impl, temperature=self.temperature
-        )
+        logp, entropy = self._through_head(lm.get_output_embeddings(), rows, targets)
 
         def place(flat: Tensor) -> Tensor:  # [N] -> [B, L], shifted right by one
             out = torch.zeros(batch, length - 1, dtype=flat.dtype, device=flat.device).masked_scatter(
@@ -114,8 +111,37 @@ class Policy(nn.Module):
             value = place(self.value_head(rows.to(self.value_head.weight.dtype)).squeeze(-1).float())
         return PolicyOutput(logp=place(logp), entropy=place(entropy), values=value)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor) -> PolicyOutput:
-        """Log-probs, entropies (and values with a critic) of the batch's trained tokens."""
+    def _through_head(self, head: nn.Module, rows: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        """Run the fused log-prob kernel *as the LM head module's forward*.
+
+        Engines that shard parameters (DeepSpeed ZeRO-3) gather a module's weights in hooks
+        around its forward and backward; the head weight is often tied to the embedding, so
+        reading it anywhere else would see an empty shard.
+        """
+
+        def fused(hidden: Tensor) -> tuple[Tensor, Tensor]:
+            return token_logprobs_entropy(
+                hidden, head.weight, targets, impl=self.logprob_impl, temperature=self.temperature
+            )
+
+        head.forward = fused  # instance attribute shadows the class forward for this one call
+        try:
+            return head(rows)
+        finally:
+            del head.forward
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, reference: bool = False
+    ) -> PolicyOutput:
+        """Log-probs, entropies (and values with a critic) of the batch's trained tokens.
+
+        With ``reference=True`` the reference policy is used (no values); call it under
+        ``torch.no_grad``. Going through ``forward`` either way lets engines (DeepSpeed ZeRO-3)
+        gather parameters for both passes.
+        """
+        if reference:
+            with self._reference_lm() as lm:
+                return self._outputs(lm, input_ids, attention_mask, loss_mask, values=False)
         return self._outputs(self.lm, input_ids, attention_mask, loss_mask, values=True)
 
     # ------------------------------------------------------------------ reference policy
@@ -142,8 +168,7 @@ class Policy(nn.Module):
     @torch.no_grad()
     def reference_logprobs(self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor) -> Tensor:
         """``[B, L]`` log-probs under the reference policy (adapters off, or the frozen copy)."""
-        with self._reference_lm() as lm:
-            return self._outputs(lm, input_ids, attention_mask, loss_mask, values=False).logp
+        return self.forward(input_ids, attention_mask, loss_mask, reference=True).logp
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]

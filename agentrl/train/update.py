@@ -18,8 +18,8 @@ import agentrl.algos  # noqa: F401  (registers the objectives)
 from agentrl.algos.losses import agg_loss, clip_bias_scale
 from agentrl.config import AlgoConfig
 from agentrl.registry import ADVANTAGES, KL_ESTIMATORS, LOSSES
-from agentrl.trajectory import TokenBatch
 from agentrl.train.fields import LazyBatch, StepData
+from agentrl.trajectory import TokenBatch
 
 # AlgoConfig fields that are also keyword options of the PPO-style losses
 _LOSS_KEYS = ("ratio", "agg", "clip_low", "clip_high")
@@ -49,10 +49,7 @@ def score_tokens(engine: Any, tokens: TokenBatch, micro_batch_size: int, *, refe
         ids, mask, loss_mask, length = _slice(tokens, idx)
         device = engine.policy.lm.device
         ids, mask, loss_mask = ids.to(device), mask.to(device), loss_mask.to(device)
-        if reference:
-            out["logp"][idx, :length] = engine.policy.reference_logprobs(ids, mask, loss_mask).cpu()
-            continue
-        result = engine.forward(ids, mask, loss_mask)
+        result = engine.forward(ids, mask, loss_mask, reference=reference)
         out["logp"][idx, :length] = result.logp.float().cpu()
         out["entropy"][idx, :length] = result.entropy.float().cpu()
         if out["values"] is not None and result.values is not None:
@@ -120,7 +117,8 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
             mb_mask = tokens.loss_mask[minibatch]
             total_units = engine.all_reduce_sum(norm_units(agg, mb_mask))
             total_tokens = engine.all_reduce_sum(norm_units("token-mean", mb_mask))
-            for idx in row_chunks(minibatch, train.micro_batch_size):
+            micros = row_chunks(minibatch, train.micro_batch_size)
+            for m_idx, idx in enumerate(micros):
                 ids, mask, loss_mask, length = _slice(tokens, idx)
                 ids, mask, loss_mask = ids.to(device), mask.to(device), loss_mask.to(device)
                 out = engine.forward(ids, mask, loss_mask)
@@ -154,7 +152,7 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
                     v_weight = float(norm_units("token-mean", loss_mask).cpu() / total_tokens.clamp_min(1))
                     total = total + algo.vf_coef * v_loss * v_weight * engine.world_size
                     metrics |= v_metrics
-                engine.backward(total)
+                engine.backward(total, last=m_idx == len(micros) - 1)
                 metrics["loss"] = float(policy_loss.detach())
                 for key, value in metrics.items():
                     sums[key] += float(value)

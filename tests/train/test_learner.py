@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from train_helpers import config, episodes, step_data, tiny_lm
 
 from agentrl.train.engines import TorchEngine
 from agentrl.train.learner import Policy, build_policy
 from agentrl.train.update import compute_advantages, ppo_update, score_tokens
 from agentrl.trajectory import build_batch
-from train_helpers import config, episodes, step_data, tiny_lm
 
 
 @pytest.mark.parametrize("impl", ["naive", "chunked"])

@@ -1,0 +1,128 @@
+"""Training metrics: console (rich), JSONL, TensorBoard, Weights & Biases, and a PNG curve at the end.
+
+Keys are namespaced (``env/``, ``rollout/``, ``loss/``, ``perf/``, ``eval/``). Only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+class MetricsLogger:
+    """Fan one ``log(step, metrics)`` call out to every configured sink.
+
+    Args:
+        out_dir: run folder; ``metrics.jsonl``, ``tb/`` and ``curve.png`` go there.
+        enabled: False on non-zero ranks (everything becomes a no-op).
+        tensorboard: write TensorBoard events when ``tensorboard`` is installed.
+        wandb: also log to Weights & Biases (must be installed; raises otherwise).
+        run_config: stored with the W&B run.
+        console: where the one-line summaries go.
+    """
+
+    def __init__(self, out_dir: str | Path, *, enabled: bool = True, tensorboard: bool = True,
+                 wandb: bool = False, run_config: dict[str, Any] | None = None,
+                 console: Console | None = None, resume: bool = False):  # fmt: skip
+        self.out_dir = Path(out_dir)
+        self.enabled = enabled
+        self.console = console or Console()
+        self.history: list[dict[str, Any]] = []
+        self._tb = None
+        self._wandb = None
+        if not enabled:
+            return
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl = self.out_dir / "metrics.jsonl"
+        if resume and self.jsonl.exists():
+            self.history = [json.loads(line) for line in self.jsonl.read_text().splitlines() if line.strip()]
+        elif self.jsonl.exists():
+            self.jsonl.unlink()
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard is optional
+                SummaryWriter = None  # noqa: N806
+            if SummaryWriter is not None:
+                self._tb = SummaryWriter(str(self.out_dir / "tb"))
+        if wandb:
+            try:
+                import wandb as wandb_lib
+            except ImportError as exc:
+                raise RuntimeError("train.wandb=true but wandb is not installed: pip install wandb") from exc
+            self._wandb = wandb_lib.init(project="agentrl", dir=str(self.out_dir), config=run_config or {})
+
+    def truncate(self, step: int) -> None:
+        """Forget records after ``step`` (a resumed run replays them)."""
+        if not self.enabled:
+            return
+        self.history = [r for r in self.history if r.get("step", 0) <= step]
+        self.jsonl.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+
+    def log(self, step: int, metrics: dict[str, float], *, echo: tuple[str, ...] = ()) -> None:
+        """Record ``metrics`` at ``step``; print the ``echo`` keys on one console line."""
+        if not self.enabled:
+            return
+        record = {"step": step, **{k: float(v) for k, v in metrics.items()}}
+        self.history.append(record)
+        with open(self.jsonl, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            for key, value in metrics.items():
+                if math.isfinite(float(value)):
+                    self._tb.add_scalar(key, float(value), step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(metrics, step=step)
+        if echo:
+            shown = "  ".join(f"{k.split('/')[-1]}={metrics[k]:.3g}" for k in echo if k in metrics)
+            self.console.print(f"[bold]step {step}[/bold]  {shown}")
+
+    def table(self, title: str, rows: list[tuple[str, ...]], header: tuple[str, ...]) -> None:
+        if not self.enabled:
+            return
+        table = Table(title=title)
+        for name in header:
+            table.add_column(name)
+        for row in rows:
+            table.add_row(*row)
+        self.console.print(table)
+
+    def plot(self, keys: tuple[str, ...] = ("env/reward", "eval/success", "loss/policy")) -> Path | None:
+        """Training curves of ``keys`` against step, saved as ``curve.png``."""
+        if not self.enabled or not self.history:
+            return None
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        present = [k for k in keys if any(k in r for r in self.history)]
+        if not present:
+            return None
+        fig, axes = plt.subplots(1, len(present), figsize=(4.5 * len(present), 3.4), squeeze=False)
+        for ax, key in zip(axes[0], present, strict=True):
+            points = [(r["step"], r[key]) for r in self.history if key in r]
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3)
+            ax.set_title(key)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+        fig.tight_layout()
+        path = self.out_dir / "curve.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+__all__ = ["MetricsLogger"]

@@ -1,0 +1,73 @@
+"""Supervised warm-up on oracle demonstrations: maximise the log-prob of the oracle's turns.
+
+Demonstrations are ordinary :class:`agentrl.trajectory.Episode` records produced by
+``agentrl.rollout.runner.run_oracle_episodes`` (the oracle's action text tokenized as model turns),
+so the loss is the token-mean negative log-likelihood over exactly the tokens RL later trains.
+It runs on the policy with its own AdamW before the RL engine takes over (on every rank alike),
+so the RL optimizer state and schedule start clean.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from agentrl.train.learner import Policy
+from agentrl.trajectory import Episode, build_batch
+
+
+def load_oracle(target: str) -> Any:
+    """Import an oracle class from ``"module:Class"``."""
+    import importlib
+
+    module, _, name = target.partition(":")
+    if not module or not name:
+        raise ValueError(f"oracle must look like 'module:Class', got {target!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def sft_warmup(policy: Policy, demos: Sequence[Episode], *, steps: int, lr: float, batch_size: int,
+               micro_batch_size: int, seed: int = 0, pad_id: int = 0, max_grad_norm: float = 1.0,
+               log: Any = None) -> list[float]:  # fmt: skip
+    """``steps`` AdamW steps of token-mean NLL on random batches of demonstrations.
+
+    Returns:
+        The loss of each step.
+    """
+    usable = [ep for ep in demos if not ep.failed and ep.outcome > 0]
+    if not usable:
+        raise RuntimeError("no successful demonstrations to warm up on; check the oracle and env")
+    params = policy.trainable_parameters()
+    optimizer = torch.optim.AdamW(params, lr=lr)
+    rng = random.Random(seed)
+    device = policy.lm.device
+    policy.train()
+    losses = []
+    for step in range(steps):
+        chosen = rng.sample(usable, min(batch_size, len(usable)))
+        tokens = build_batch(chosen, pad_id=pad_id)
+        total_tokens = tokens.loss_mask.sum().clamp_min(1)
+        loss_value = 0.0
+        for start in range(0, len(chosen), micro_batch_size):
+            rows = slice(start, start + micro_batch_size)
+            length = int(tokens.attention_mask[rows].sum(1).max())
+            ids = tokens.input_ids[rows, :length].to(device)
+            mask = tokens.attention_mask[rows, :length].to(device)
+            loss_mask = tokens.loss_mask[rows, :length].to(device)
+            out = policy(ids, mask, loss_mask)
+            loss = -(out.logp * loss_mask).sum() / total_tokens
+            loss.backward()
+            loss_value += float(loss.detach())
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss_value)
+        if log is not None:
+            log(step, {"sft/loss": loss_value})
+    return losses
+
+
+__all__ = ["load_oracle", "sft_warmup"]
