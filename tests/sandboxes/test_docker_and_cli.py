@@ -124,3 +124,70 @@ def test_cli_help_lists_the_commands():
     )
     assert out.returncode == 0 and all(word in out.stdout for word in ("build", "run", "clean"))
     assert textwrap.dedent(out.stdout)
+
+
+class UnixToTcpProxy:
+    """A TCP listener on 127.0.0.1 that forwards to the local engine's unix socket: a stand-in for a
+    remote engine reached through ``DOCKER_HOST=tcp://...`` (the SDK's TCP code path)."""
+
+    def __init__(self, unix_path: str = "/var/run/docker.sock"):
+        import socket
+        import threading
+
+        self.unix_path = unix_path
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.threads: list[threading.Thread] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX)
+            upstream.connect(self.unix_path)
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst) -> None:
+        import socket
+
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.docker
+def test_engine_reached_through_docker_host_tcp(monkeypatch):
+    import agentrl.sandboxes.docker_backend as docker_backend
+
+    if not os.path.exists("/var/run/docker.sock"):
+        pytest.skip("the engine here is not on the default unix socket")
+    proxy = UnixToTcpProxy()
+    try:
+        monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{proxy.port}")
+        monkeypatch.setattr(docker_backend, "_client", None)  # a client for the new DOCKER_HOST
+        assert docker_backend.docker_client().api.base_url == f"http://127.0.0.1:{proxy.port}"
+        with make_sandbox("docker", **TEST_LIMITS) as box:
+            assert box.exec("print(7 * 6)", timeout=10).stdout == "42\n"
+            assert box.python_session().run("'remote'").stdout == "'remote'\n"
+    finally:
+        proxy.close()
+        monkeypatch.setattr(docker_backend, "_client", None)
