@@ -3,9 +3,17 @@
 A sandbox (``docker_backend.py``) runs short execs and kills every process at each exec's end, so
 it cannot host a server. A :class:`ServiceContainer` runs one command for as long as it is wanted,
 with the same hardening as a sandbox (read-only root, non-root uid, ``cap_drop=ALL``,
-``no-new-privileges``, memory/pids/CPU limits, only read-only host mounts, a size-capped ``/tmp``)
-and one network: an internal bridge network (:class:`ServiceNetwork`) with no route outside, which
-the host reaches at the container's address on it.
+``no-new-privileges``, memory/pids/CPU limits, only read-only host mounts, a size-capped ``/tmp``,
+IPv6 off) and one network: an internal bridge network (:class:`ServiceNetwork`) with no route
+outside, which the host reaches at the container's address on it.
+
+Docker's ``internal=True`` only stops *forwarding*: the container still gets a default route to
+the host's address on the bridge, and every host service listening on 0.0.0.0 (an inference
+server, the engine's other bridges' addresses, the host's own IP) answers it. So a
+:class:`ServiceNetwork` also adds a host firewall rule on its bridge that drops new connections
+from the network to the host (replies to connections the host opens still pass); it needs
+``iptables`` and root on the engine's host, and fails with a clear error otherwise
+(``block_host=False`` opts out knowingly).
 
 If the process that started a service dies, the container goes too: PID 1 is a small launcher that
 exits (killing the service) when its stdin - our attach stream - reaches EOF, and the container is
@@ -17,17 +25,18 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import socket
+import subprocess
 import threading
 import time
 import uuid
 from typing import Any
 
+from agentrl.errors import SandboxError
 from agentrl.sandboxes.base import TransportClosed
 from agentrl.sandboxes.docker_backend import DockerTransport, docker_client
 from agentrl.sandboxes.image import SANDBOX_UID, default_image
-
-from agentrl.errors import SandboxError
 
 LABEL = "agentrl.service"
 OWNER_LABEL = f"{LABEL}.owner"
@@ -44,6 +53,46 @@ threading.Thread(target=watch_stdin, daemon=True).start()
 sys.exit(child.wait())
 """
 _names = itertools.count(1)
+FIREWALL_TAG = "agentrl-service"
+
+
+def _firewall_rule(bridge: str) -> list[str]:
+    """The INPUT rule (without -A/-I/-D) that keeps a service network from opening host connections."""
+    return [
+        "INPUT", "-i", bridge, "-m", "conntrack", "--ctstate", "NEW,INVALID",
+        "-m", "comment", "--comment", f"{FIREWALL_TAG} {_owner()}", "-j", "DROP",
+    ]  # fmt: skip
+
+
+def _iptables(binary: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+    path = shutil.which(binary) or shutil.which(binary, path="/usr/sbin:/sbin")
+    if path is None:
+        raise SandboxError(
+            f"{binary} is missing: a service network cannot be closed to the host "
+            "(apt-get install -y iptables, or pass block_host=False to accept the risk)"
+        )
+    return subprocess.run([path, "-w", "5", *args], capture_output=True, text=True, timeout=30)
+
+
+def _sweep_firewall() -> int:
+    """Delete our INPUT rules whose bridge no longer exists (their owner died before removing them)."""
+    removed = 0
+    for binary in ("iptables", "ip6tables"):
+        if shutil.which(binary, path="/usr/sbin:/sbin:" + os.environ.get("PATH", "")) is None:
+            continue
+        listing = _iptables(binary, ["-S", "INPUT"])
+        for line in listing.stdout.splitlines():
+            parts = line.split()
+            if FIREWALL_TAG not in line or "-i" not in parts:
+                continue
+            bridge = parts[parts.index("-i") + 1]
+            if not os.path.exists(f"/sys/class/net/{bridge}"):
+                # -S prints the comment quoted; rebuild the rule from its parts for -D
+                spec = _firewall_rule(bridge)
+                spec[spec.index("--comment") + 1] = line.split('--comment "', 1)[1].split('"', 1)[0]
+                if _iptables(binary, ["-D", *spec]).returncode == 0:
+                    removed += 1
+    return removed
 
 
 def _owner() -> str:
@@ -93,6 +142,8 @@ def sweep_stale() -> int:
             except docker.errors.APIError as exc:
                 if exc.status_code != 403:  # 403: still has endpoints; a later sweep gets it
                     raise
+    if os.geteuid() == 0:  # after the networks: a rule goes once its bridge is gone
+        removed += _sweep_firewall()
     return removed
 
 
@@ -101,10 +152,16 @@ class ServiceNetwork:
 
     Args:
         prefix: start of the network's name (a unique suffix is added).
+        block_host: add the host firewall rule that drops connections the network opens to the host
+            (see the module docstring); False leaves host services on 0.0.0.0 reachable from it.
     """
 
-    def __init__(self, prefix: str = "agentrl-svc"):
-        self.name = f"{prefix}-{os.getpid()}-{next(_names)}-{uuid.uuid4().hex[:6]}"
+    def __init__(self, prefix: str = "agentrl-svc", *, block_host: bool = True):
+        suffix = uuid.uuid4().hex[:6]
+        self.name = f"{prefix}-{os.getpid()}-{next(_names)}-{suffix}"
+        self.bridge = f"agr{os.getpid() % 100000}{suffix}"[:15]  # Linux interface names: <= 15 chars
+        self.block_host = block_host
+        self.firewalled: list[str] = []  # the iptables binaries holding our rule
         self.id: str | None = None
 
     def create(self) -> str:
@@ -120,18 +177,47 @@ class ServiceNetwork:
                 driver="bridge",
                 internal=True,
                 labels={LABEL: "1", OWNER_LABEL: _owner()},
-                options={"com.docker.network.bridge.enable_icc": "true"},
+                options={
+                    "com.docker.network.bridge.enable_icc": "true",
+                    "com.docker.network.bridge.name": self.bridge,
+                },
             )
         except docker.errors.APIError as exc:
-            raise SandboxError(f"docker could not create network {self.name}: {exc.explanation or exc}") from exc
+            raise SandboxError(
+                f"docker could not create network {self.name}: {exc.explanation or exc}"
+            ) from exc
         self.id = created["Id"]
+        if self.block_host:
+            try:
+                self._close_to_host()
+            except SandboxError:
+                self.remove()
+                raise
         return self.name
+
+    def _close_to_host(self) -> None:
+        if os.geteuid() != 0:
+            raise SandboxError(
+                "closing a service network to the host needs root (a host firewall rule on its "
+                "bridge); run as root, or pass block_host=False to accept that the service can reach "
+                "host ports listening on 0.0.0.0"
+            )
+        for binary in ("iptables", "ip6tables"):
+            done = _iptables(binary, ["-I", *_firewall_rule(self.bridge)])
+            if done.returncode != 0:
+                if binary == "ip6tables":  # no IPv6 here; containers have IPv6 disabled anyway
+                    continue
+                raise SandboxError(f"iptables refused the service network's rule: {done.stderr.strip()}")
+            self.firewalled.append(binary)
 
     def remove(self) -> None:
         """Remove the network (its containers must be gone); idempotent."""
         import docker.errors
 
         network_id, self.id = self.id, None
+        for binary in self.firewalled:
+            _iptables(binary, ["-D", *_firewall_rule(self.bridge)])
+        self.firewalled = []
         if network_id is None:
             return
         try:
@@ -222,6 +308,7 @@ class ServiceContainer:
             ulimits=[Ulimit(name="nofile", soft=4096, hard=4096), Ulimit(name="core", soft=0, hard=0)],
             binds={host: {"bind": inside, "mode": "ro"} for host, inside in self.ro_mounts.items()},
             ipc_mode="private",
+            sysctls={"net.ipv6.conf.all.disable_ipv6": "1"},  # no link-local path to the host
             auto_remove=True,
         )
         try:
@@ -243,7 +330,9 @@ class ServiceContainer:
                 f"image {self.image} is missing; build it with `agentrl sandbox build`"
             ) from exc
         except docker.errors.APIError as exc:
-            raise SandboxError(f"docker refused to create the service container: {exc.explanation or exc}") from exc
+            raise SandboxError(
+                f"docker refused to create the service container: {exc.explanation or exc}"
+            ) from exc
         self.container_id = created["Id"]
         self._ended.clear()
         self._output_tail = b""
@@ -273,7 +362,9 @@ class ServiceContainer:
         except (TimeoutError, TransportClosed) as exc:
             tail = (b"\n".join(seen) + b"\n" + self._transport.stderr_tail).decode(errors="replace")[-2000:]
             self.stop()
-            raise SandboxError(f"the service did not get ready within {timeout:.0f}s ({exc}); its output ends with:\n{tail}") from exc
+            raise SandboxError(
+                f"the service did not get ready within {timeout:.0f}s ({exc}); its output ends with:\n{tail}"
+            ) from exc
         threading.Thread(target=self._drain, daemon=True, name="service-drain").start()
         return line.decode(errors="replace")[len(ready_prefix) :]
 

@@ -16,15 +16,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
+
+from agentrl.env import Score, Task, TextEnv
 from agentrl.envs.web import manager
 from agentrl.envs.web.browser import Browser
 from agentrl.envs.web.catalog import Catalog, Goal, get_catalog
 from agentrl.envs.web.reward import RewardParts, reward_for_purchase
+from agentrl.errors import ConfigError, EnvError
 from agentrl.tools.base import Tool
 from agentrl.tools.browser import make_browser_tools
-
-from agentrl.env import Score, Task, TextEnv
-from agentrl.errors import ConfigError, EnvError
 
 SYSTEM_PROMPT = """You are shopping on a web shop for a customer. The page shows the customer's \
 instruction. Find a product that matches every requirement (attributes, options such as size or \
@@ -71,19 +71,15 @@ class WebShopEnv(TextEnv):
         n_products: catalogue size (>= 50; default 1500).
         data_dir: folder holding webshop/ with the real vocabulary; "auto" finds the shared data,
             None uses the built-in vocabulary.
-        backend: "local" (a server process on 127.0.0.1, shared by envs with the same catalogue).
+        backend: "local" (a server process on 127.0.0.1) or "docker" (the server in a hardened
+            sandbox container on its own internal network, reachable only from the host; see
+            ``docker_backend.py``). Either is shared by envs with the same catalogue.
         server_url: use an already running shop at this URL instead of starting one.
         timeout_s: HTTP timeout per request.
         """
         super().__init__(split=split, render_mode=render_mode)
         if backend not in ("local", "docker"):
             raise ConfigError("env.backend", f"unknown backend {backend!r}", "use 'local' or 'docker'")
-        if backend == "docker":
-            raise ConfigError(
-                "env.backend",
-                "the docker backend of the web env is not implemented yet",
-                "use backend: local (the shop runs as a local process)",
-            )
         self.catalog_seed = seed
         self.n_products = n_products
         self.data_dir = data_dir

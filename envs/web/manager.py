@@ -29,7 +29,11 @@ _SERVERS: dict[tuple[Any, ...], list[Any]] = {}  # key -> [server, refcount]
 
 
 class ShopServer:
-    """One shop server process (``backend="local"``) listening on 127.0.0.1."""
+    """One shop server process (``backend="local"``) listening on 127.0.0.1.
+
+    ``backend="docker"`` is :class:`agentrl.envs.web.docker_backend.DockerShopServer`, a subclass that
+    overrides ``start``, ``_running``, ``stop`` and ``rss_bytes``; restarts and sharing stay here.
+    """
 
     def __init__(
         self,
@@ -99,10 +103,14 @@ class ShopServer:
         threading.Thread(target=process.communicate, daemon=True).start()
         return json.loads(ready[len("READY ") :])
 
+    def _running(self) -> bool:
+        """Whether our server process still runs (the docker backend checks its container)."""
+        return self._process is not None and self._process.poll() is None
+
     def alive(self) -> bool:
         """True if the process runs and answers ``/api/health``."""
         with self._lock:
-            if not self.external and (self._process is None or self._process.poll() is not None):
+            if not self.external and not self._running():
                 return False
             url = self.url
         try:
@@ -158,13 +166,18 @@ def acquire(
     *, seed: int = 0, n_products: int = 1500, data_dir: str | None = "auto", backend: str = "local"
 ) -> ShopServer:
     """A running shared server for these settings (started on first use)."""
-    if backend != "local":
+    if backend not in ("local", "docker"):
         raise EnvError(f"unknown shop backend {backend!r}; choose 'local' or 'docker'")
     key = (backend, seed, n_products, data_dir)
     with _LOCK:
         entry = _SERVERS.get(key)
         if entry is None:
-            server = ShopServer(seed=seed, n_products=n_products, data_dir=data_dir)
+            if backend == "docker":  # imported here: only docker users load the sandboxes package
+                from agentrl.envs.web.docker_backend import DockerShopServer
+
+                server: ShopServer = DockerShopServer(seed=seed, n_products=n_products, data_dir=data_dir)
+            else:
+                server = ShopServer(seed=seed, n_products=n_products, data_dir=data_dir)
             server.start()
             entry = _SERVERS[key] = [server, 0]
         entry[1] += 1
