@@ -41,3 +41,9 @@ def test_importing_agentrl_and_all_envs_stays_light():
     code = "import sys, agentrl; agentrl.registered_ids(); print(sorted(m for m in ('torch','transformers','docker') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_test_module_basenames_are_unique():
+    # pytest's default import mode keys modules by basename outside packages: two test_env.py collide
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py") if not (p.parent / "__init__.py").exists()]
+    assert sorted(names) == sorted(set(names)), sorted({n for n in names if names.count(n) > 1})
