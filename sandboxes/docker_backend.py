@@ -53,22 +53,6 @@ def engine_available(timeout: float = 3.0) -> bool:
         return False
 
 
-def create_internal_network(name: str) -> str:
-    """Create (or reuse) an internal bridge network: its containers see each other, never the outside.
-
-    An env that runs a service container next to its sandboxes owns such a network and passes its
-    name as the ``network`` limit.
-    """
-    import docker.errors
-
-    client = docker_client()
-    try:
-        client.networks.get(name)
-    except docker.errors.NotFound:
-        client.networks.create(name, driver="bridge", internal=True, labels={LABEL: "1"})
-    return name
-
-
 class DockerTransport:
     """The agent's stdin/stdout through the container's attach socket (multiplexed frames)."""
 
