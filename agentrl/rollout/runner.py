@@ -292,6 +292,9 @@ class Runner:
         results: list[Episode | None] = [None] * len(jobs)
         stream = _Stream(out_path)
         batcher = Batcher(self.generator) if self.generator is not None else None
+        if self.generator is not None:
+            # the learner may have changed the weights in place since the last run
+            self.generator.reset_cache()
         make_policy = self.policy_factory or (lambda: ModelPolicy(batcher.submit))  # type: ignore[union-attr]
         executor = ThreadPoolExecutor(max_workers=cfg.concurrency + 4, thread_name_prefix="agentrl-env")
         semaphore = asyncio.Semaphore(cfg.concurrency)
@@ -316,6 +319,7 @@ class Runner:
                 await watchdog
             if batcher is not None:
                 await batcher.stop()
+                self.generator.reset_cache()  # type: ignore[union-attr]  (frees the K/V memory)
             executor.shutdown(wait=False, cancel_futures=True)
         self.stats.wall_s = time.perf_counter() - t0
         if batcher is not None:

@@ -229,3 +229,25 @@ def test_openai_backend_retries_dropped_connections(gen, tokenizer):
         with pytest.raises(GeneratorError, match="after 3 attempts"):
             client.generate([prompt], sampling)
         dead.close()
+
+
+def test_prefix_cache_reuse_matches_fresh_prefill(tiny, tokenizer):
+    cached = HFGenerator(tiny, tokenizer, prefix_cache_tokens=10_000)
+    fresh = HFGenerator(tiny, tokenizer, prefix_cache_tokens=0)
+    sampling = SamplingParams(max_new_tokens=5, temperature=0.0)
+    shared = tokenizer.encode("A long shared system prompt with tools. " * 4, add_special_tokens=False)
+    prompts = [
+        shared + tokenizer.encode(t, add_special_tokens=False) for t in ("first episode says", "second one")
+    ]
+    for _turn in range(3):  # multi-turn: each prompt extends the previous prompt + output + bridge
+        a = cached.generate(prompts, sampling)
+        b = fresh.generate(prompts, sampling)
+        for x, y in zip(a, b, strict=True):
+            assert x.ids == y.ids
+            assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)) < 1e-4
+        bridge = tokenizer.encode(" then the tool said ok.", add_special_tokens=False)
+        prompts = [p + o.ids + bridge for p, o in zip(prompts, a, strict=True)]
+    # turn 0: the second prompt reuses the first one's shared prefix; later turns reuse their own
+    assert cached.prefix_cache.hits == 5 and cached.prefix_cache.reused_tokens > 2 * len(shared)
+    cached.reset_cache()
+    assert cached.prefix_cache.tokens == 0

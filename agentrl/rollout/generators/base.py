@@ -113,6 +113,10 @@ class Generator(ABC):
         """Load new policy weights (name, tensor) in place."""
         raise GeneratorError(f"the {self.name} generator cannot take weight updates")
 
+    def reset_cache(self) -> None:
+        """Drop cached state derived from the weights (prefix K/V); the runner calls it per run."""
+        return None
+
     def close(self) -> None:
         """Release resources (servers, clients); the default holds none."""
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -70,6 +71,76 @@ def sample_next(
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1), entropy
 
 
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    n = min(len(a), len(b), limit)
+    if a[:n] == tuple(b[:n]):
+        return n
+    lo, hi = 0, n  # binary search on the first mismatch (prefix equality is monotone)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == tuple(b[:mid]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class PrefixCache:
+    """KV caches of recent sequences, so a multi-turn prompt only prefills its new suffix.
+
+    An agent's next prompt is its previous prompt + the sampled ids + the bridge ids; the cache
+    entry of the previous call covers all but its last sampled token. Bounded by total tokens
+    (LRU); cleared on weight updates.
+    """
+
+    def __init__(self, max_tokens: int):
+        self.max_tokens = max_tokens
+        self.entries: OrderedDict[int, tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]]] = (
+            OrderedDict()
+        )
+        self.tokens = 0
+        self.hits = 0
+        self.reused_tokens = 0
+        self._next = 0
+
+    def lookup(self, prompt: Sequence[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
+        """Longest common prefix of ``prompt`` with any cached sequence (leaving >= 1 token to
+        prefill): ``(length, per-layer k/v views)``. Episodes share the system prompt and tools, and
+        group rollouts share the whole first prompt, so entries are read, never consumed."""
+        best_key, best_len = None, 0
+        limit = len(prompt) - 1
+        for key, (ids, _kv) in self.entries.items():
+            n = _common_prefix(ids, prompt, limit)
+            if n > best_len:
+                best_key, best_len = key, n
+        if best_key is None or best_len < 16:  # tiny overlaps are not worth the copies
+            return 0, None
+        self.entries.move_to_end(best_key)
+        self.hits += 1
+        self.reused_tokens += best_len
+        _, kv = self.entries[best_key]
+        return best_len, [(k[:, :, :best_len], v[:, :, :best_len]) for k, v in kv]
+
+    def store(self, ids: Sequence[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        if not ids or len(ids) > self.max_tokens:
+            return
+        ids = tuple(ids)
+        for key, (old, _) in list(self.entries.items()):  # superseded: an earlier turn of this sequence
+            if len(old) <= len(ids) and ids[: len(old)] == old:
+                del self.entries[key]
+                self.tokens -= len(old)
+        self.entries[self._next] = (ids, kv)
+        self._next += 1
+        self.tokens += len(ids)
+        while self.tokens > self.max_tokens and self.entries:
+            _, (old, _) = self.entries.popitem(last=False)
+            self.tokens -= len(old)
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.tokens = 0
+
+
 class HFGenerator(Generator):
     """Generator over an in-process transformers causal LM (optionally the learner's live model)."""
 
@@ -85,6 +156,7 @@ class HFGenerator(Generator):
         max_batch_size: int = 32,
         score_batch_size: int = 8,
         seed: int = 0,
+        prefix_cache_tokens: int = 65536,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -100,6 +172,8 @@ class HFGenerator(Generator):
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 1 << 30))
         self._rng = torch.Generator(device="cpu").manual_seed(seed)
         self._lock = threading.Lock()
+        # 0 disables; SmolLM2 keeps ~46 KB of fp32 K/V per token
+        self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
 
     @property
     def device(self) -> torch.device:
@@ -146,19 +220,25 @@ class HFGenerator(Generator):
         reasons = ["length"] * batch
         from transformers import DynamicCache
 
-        cache = DynamicCache()
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        if self.prefix_cache is not None:
+            cache, logits, attention, pads = self._prefill_with_prefix_cache(prompts)
+            positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        else:
+            cache = DynamicCache()
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            logits = out.logits[:, -1, :]
         prefill_s = time.perf_counter() - t0
         last_pos = positions[:, -1:]  # [B, 1]
-        for _step in range(sampling.max_new_tokens):
-            logits = out.logits[:, -1, :]  # [B, V]
+        for step in range(sampling.max_new_tokens):
+            if step > 0:
+                logits = out.logits[:, -1, :]  # [B, V]
             tokens, logp, entropy = sample_next(logits, sampling, rng if not sampling.greedy else None)
             is_stop = torch.isin(tokens, stop)
             tok_l, lp_l, ent_l, stop_l = tokens.tolist(), logp.tolist(), entropy.tolist(), is_stop.tolist()
@@ -187,6 +267,17 @@ class HFGenerator(Generator):
                 past_key_values=cache,
                 use_cache=True,
             )
+        if self.prefix_cache is not None:
+            for b in range(batch):
+                fed = list(prompts[b]) + ids[b][:-1]  # the last sampled id was never fed
+                kv = [
+                    (
+                        layer.keys[b : b + 1, :, pads[b] : pads[b] + len(fed)].clone(),
+                        layer.values[b : b + 1, :, pads[b] : pads[b] + len(fed)].clone(),
+                    )
+                    for layer in cache.layers
+                ]
+                self.prefix_cache.store(fed, kv)
         total_s = time.perf_counter() - t0
         timings = {"prefill_s": prefill_s, "generate_s": total_s, "batch": float(batch)}
         return [
@@ -199,6 +290,55 @@ class HFGenerator(Generator):
             )
             for b in range(batch)
         ]
+
+    def _prefill_with_prefix_cache(
+        self, prompts: list[Sequence[int]]
+    ) -> tuple[Any, torch.Tensor, torch.Tensor, list[int]]:
+        """Prefill each prompt alone, reusing its cached prefix; merge into one left-padded batch cache.
+
+        Returns ``(cache, last_logits [B, V], attention_mask [B, L], left pads per row)``.
+        """
+        from transformers import DynamicCache
+
+        assert self.prefix_cache is not None
+        device = self.device
+        rows_kv, rows_logits = [], []
+        for prompt in prompts:
+            n, kv = self.prefix_cache.lookup(prompt)
+            row_cache = DynamicCache()
+            if kv is not None:
+                for layer, (k, v) in enumerate(kv):
+                    row_cache.update(k.to(device), v.to(device), layer)
+            suffix = torch.tensor([list(prompt[n:])], dtype=torch.long, device=device)  # [1, S]
+            out = self.model(
+                input_ids=suffix,
+                attention_mask=torch.ones((1, len(prompt)), dtype=torch.long, device=device),
+                position_ids=torch.arange(n, len(prompt), device=device)[None],
+                past_key_values=row_cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            rows_logits.append(out.logits[0, -1])
+            rows_kv.append([(layer.keys, layer.values) for layer in row_cache.layers])
+            # later rows of this batch (group rollouts of one task) reuse this prompt at once
+            self.prefix_cache.store(prompt, rows_kv[-1])
+        length = max(len(p) for p in prompts)
+        pads = [length - len(p) for p in prompts]
+        attention = torch.zeros((len(prompts), length), dtype=torch.long, device=device)
+        for row, pad in enumerate(pads):
+            attention[row, pad:] = 1
+        cache = DynamicCache()
+        for layer in range(len(rows_kv[0])):
+            keys, values = [], []
+            for row, pad in enumerate(pads):
+                k, v = rows_kv[row][layer]  # [1, H, T, D]
+                if pad:
+                    zeros = k.new_zeros((1, k.shape[1], pad, k.shape[3]))
+                    k, v = torch.cat([zeros, k], 2), torch.cat([zeros, v], 2)
+                keys.append(k)
+                values.append(v)
+            cache.update(torch.cat(keys), torch.cat(values), layer)
+        return cache, torch.stack(rows_logits), attention, pads
 
     # ------------------------------------------------------------------ scoring
     @torch.no_grad()
@@ -233,9 +373,16 @@ class HFGenerator(Generator):
         token_logp = logp.gather(-1, taken[..., None]).squeeze(-1)  # [B, span]
         return [token_logp[b, span - len(t) :].tolist() if t else [] for b, t in enumerate(targets)]
 
+    def reset_cache(self) -> None:
+        if self.prefix_cache is not None:
+            with self._lock:
+                self.prefix_cache.clear()
+
     # ------------------------------------------------------------------ weights
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         params = dict(self.model.named_parameters())
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()  # cached K/V came from the old weights
         with self._lock, torch.no_grad():
             for name, tensor in named_tensors:
                 if name not in params:
