@@ -108,3 +108,21 @@ def test_oracle_episodes_are_demonstrations_with_zero_logprobs(tokenizer):
     turns = episodes[0].segments[0].turns
     assert len(turns) == 2 and all(lp == 0.0 for t in turns for lp in t.output_logprobs)
     assert turns[1].action_text == "<answer>v2</answer>" and turns[1].output_ids[-1] == tokenizer.eos_token_id
+
+
+def test_ground_truth_scoring_after_prompt_and_each_turn(tokenizer, tiny):
+    from agentrl.rollout.generators.hf import HFGenerator
+    from agentrl.rollout.scoring import ground_truth_logprobs, score_contexts
+
+    gen = ScriptedGenerator(tokenizer, lookup_script)
+    (episode,) = run_episodes(make_lookup_env, ["k3"], gen, tokenizer, config())
+    scorer = HFGenerator(tiny, tokenizer)
+    (scores,) = ground_truth_logprobs(scorer, tokenizer, [episode])
+    contexts = score_contexts(episode)
+    assert [after for after, _ in contexts] == [-1, 0, 1] and len(scores) == 3  # the answer turn has no obs
+    prefix = tokenizer.encode("<answer>", add_special_tokens=False)
+    gold = tokenizer.encode("v3", add_special_tokens=False)
+    expected = scorer.score_mean([contexts[1][1] + prefix], [gold])[0]
+    assert abs(scores[1] - expected) < 1e-5
+    row = episode.segments[0].token_ids()
+    assert contexts[2][1] == row[: len(contexts[2][1])]

@@ -102,3 +102,16 @@ def test_runner_config_from_rollout_config():
         and config.agent.folding == "branch"
         and config.agent.max_turns == 13
     )
+
+
+def test_progress_display_and_parquet_output(tokenizer, tmp_path, capsys):
+    from agentrl.trajectory import load
+
+    gen = ScriptedGenerator(tokenizer, lookup_script)
+    out = tmp_path / "eps.parquet"
+    config = RunnerConfig(agent=AgentConfig(max_new_tokens=64), concurrency=2, progress=True)
+    episodes = run_episodes(make_lookup_env, ["k1", "k2"], gen, tokenizer, config, out_path=out)
+    assert [e.outcome for e in episodes] == [1.0, 1.0]
+    assert [e.episode_id for e in load(out)] == [e.episode_id for e in episodes]
+    assert not (tmp_path / "eps.parquet.partial.jsonl").exists()
+    assert "rollout" in capsys.readouterr().out
