@@ -24,11 +24,22 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ModelEvalConfig:
-    """Generation budgets for model agents (env turn budgets come from the env registration)."""
+    """Generation budgets for model agents (env turn budgets come from the env registration, or a
+    suite option such as ``local-gaia:max_turns=6``)."""
 
-    max_new_tokens: int = int(os.environ.get("AGENTRL_EVAL_MAX_NEW_TOKENS", "192"))
-    max_context_tokens: int = int(os.environ.get("AGENTRL_EVAL_MAX_CONTEXT", "4096"))
-    episode_timeout_s: float = float(os.environ.get("AGENTRL_EVAL_EPISODE_TIMEOUT_S", "900"))
+    max_new_tokens: int = 192
+    max_context_tokens: int = 4096
+    episode_timeout_s: float = 900.0
+
+    @classmethod
+    def from_env(cls) -> ModelEvalConfig:
+        """Defaults, overridden by AGENTRL_EVAL_MAX_NEW_TOKENS / _MAX_CONTEXT / _EPISODE_TIMEOUT_S."""
+        env = os.environ
+        return cls(
+            max_new_tokens=int(env.get("AGENTRL_EVAL_MAX_NEW_TOKENS", cls.max_new_tokens)),
+            max_context_tokens=int(env.get("AGENTRL_EVAL_MAX_CONTEXT", cls.max_context_tokens)),
+            episode_timeout_s=float(env.get("AGENTRL_EVAL_EPISODE_TIMEOUT_S", cls.episode_timeout_s)),
+        )
 
 
 def served_model_name(url: str, timeout: float = 10.0) -> str:
@@ -86,7 +97,7 @@ def run_model_jobs(
     from agentrl.rollout.agent import AgentConfig
     from agentrl.rollout.runner import RunnerConfig, run_episodes
 
-    budgets = ModelEvalConfig()
+    budgets = ModelEvalConfig.from_env()
     generator, tokenizer = build_generator(spec, seed)
     agent = AgentConfig(
         max_new_tokens=budgets.max_new_tokens,

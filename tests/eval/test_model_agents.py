@@ -1,0 +1,59 @@
+"""Model agents end to end: a real OpenAI-compatible server (``agentrl serve``'s app) + the ``openai:`` agent,
+and the in-process HF agent, through the rollout runner."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl.eval.runner import evaluate, run_eval
+
+
+@pytest.fixture(scope="module")
+def tiny_server():
+    """The serve app over a random-init tiny model with SmolLM2's tokenizer (fast, real HTTP)."""
+    from agentrl.rollout.generators.hf import HFGenerator
+    from agentrl.rollout.model import load_tokenizer, tiny_model
+    from agentrl.rollout.server import BackgroundServer, build_app
+
+    tokenizer = load_tokenizer("smollm2-135m")
+    app = build_app(HFGenerator(tiny_model(tokenizer), tokenizer), tokenizer, "smollm2-135m")
+    with BackgroundServer(app) as server:
+        yield server.url
+
+
+def test_openai_agent_over_http_end_to_end(tiny_server: str, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("AGENTRL_EVAL_MAX_NEW_TOKENS", "24")
+    code = run_eval(
+        suite="local-gaia:max_turns=2,python=false",
+        agent=f"openai:{tiny_server}#smollm2-135m",
+        limit=2,
+        concurrency=2,
+        seed=0,
+        out=tmp_path,
+    )
+    assert code == 0
+    import json
+
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(r["error"] is None for r in records)
+    assert all(1 <= r["turns"] <= 2 for r in records)
+    episodes = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    turn = episodes[0]["segments"][0]["turns"][0]
+    # token-level records came back over HTTP: ids with one log-prob each
+    assert turn["output_ids"] and len(turn["output_ids"]) == len(turn["output_logprobs"])
+
+
+def test_openai_agent_without_model_name_asks_the_server(tiny_server: str, monkeypatch) -> None:
+    monkeypatch.setenv("AGENTRL_EVAL_MAX_NEW_TOKENS", "8")
+    result = evaluate("search-qa:max_turns=1", f"openai:{tiny_server}", limit=1, concurrency=1)
+    assert result.metrics["agent"] == f"openai:{tiny_server}"
+    assert len(result.records) == 1 and result.records[0]["error"] is None
+
+
+@pytest.mark.slow
+def test_smollm2_zero_shot_in_process(monkeypatch) -> None:
+    monkeypatch.setenv("AGENTRL_EVAL_MAX_NEW_TOKENS", "32")
+    result = evaluate("search-qa:max_turns=2", "smollm2-135m", limit=1, concurrency=1)
+    (record,) = result.records
+    assert record["error"] is None and record["turns"] >= 1
+    assert result.episodes[0].timings["generated_tokens"] > 0
