@@ -21,6 +21,7 @@ def tiny_server():
         yield server.url
 
 
+@pytest.mark.slow  # ~30 s on a busy 2-core CPU (tokenizer load + prefill of GAIA prompts)
 def test_openai_agent_over_http_end_to_end(tiny_server: str, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("AGENTRL_EVAL_MAX_NEW_TOKENS", "24")
     code = run_eval(
