@@ -63,12 +63,18 @@ def shared_pool(backend: str = "auto", size: int = DEFAULT_POOL_SIZE, **limits: 
 def close_shared_pools() -> None:
     """Release live leases, then close every shared pool (their sandboxes too). Safe to call twice."""
     for slot in list(_LIVE_SLOTS):
-        slot.release()
+        try:
+            slot.release()
+        except (SandboxError, OSError) as exc:  # a dead engine at exit must not stop the other cleanups
+            print(f"agentrl: could not return a sandbox at exit: {exc}")
     with _POOLS_LOCK:
         pools = list(_POOLS.values())
         _POOLS.clear()
     for pool in pools:
-        pool.close()
+        try:
+            pool.close()
+        except (SandboxError, OSError) as exc:
+            print(f"agentrl: could not close a sandbox pool at exit: {exc}")
 
 
 class SandboxSlot:
@@ -94,8 +100,9 @@ class SandboxSlot:
         self.limits = limits
         self._stack: contextlib.ExitStack | None = None
         self._sandbox: Any = None
-        self.sandbox_seconds = 0.0  # wall time spent in sandbox calls this episode
-        self.lease_seconds = 0.0  # time spent waiting for / starting a sandbox
+        self.sandbox_seconds = 0.0  # wall time spent in sandbox calls (cells, queries, put_file)
+        self.lease_seconds = 0.0  # time spent leasing a sandbox (waiting, starting, health check)
+        self.release_seconds = 0.0  # time spent giving it back (the pool resets it)
 
     def get(self) -> Any:
         """The leased sandbox (leasing one now if needed).
@@ -122,7 +129,9 @@ class SandboxSlot:
         stack, self._stack, self._sandbox = self._stack, None, None
         _LIVE_SLOTS.discard(self)
         if stack is not None:
+            start = time.perf_counter()
             stack.close()
+            self.release_seconds += time.perf_counter() - start
 
 
 def cut_middle(text: str, max_chars: int) -> str:
@@ -177,9 +186,9 @@ def make_python_tool(
         """
         if not code.strip():
             raise ToolError("the code is empty; pass Python source in the 'code' argument")
+        session = slot.get().python_session(session_name)
         start = time.perf_counter()
         try:
-            session = slot.get().python_session(session_name)
             result = session.run(code, timeout=timeout_s)
         finally:
             slot.sandbox_seconds += time.perf_counter() - start

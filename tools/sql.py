@@ -132,7 +132,6 @@ if "_agentrl_sql_query" not in globals():
             con.set_progress_handler(None, 0)
         print(_aj.dumps(out))
 """
-DB_NAME = "agentrl_db.sqlite"  # the copy inside the sandbox's work dir
 
 
 @dataclass
@@ -151,9 +150,16 @@ class SandboxSQL:
     """Runs guarded, read-only queries against a copy of ``db_path`` inside the slot's sandbox."""
 
     def __init__(
-        self, db_path: Path, slot: SandboxSlot, *, timeout_s: float = 5.0, session_name: str = "sql"
+        self,
+        db_path: Path,
+        slot: SandboxSlot,
+        *,
+        timeout_s: float = 5.0,
+        session_name: str = "sql",
+        db_name: str | None = None,
     ):
         self.db_path = Path(db_path)
+        self.db_name = db_name or f"agentrl_{self.db_path.stem}.sqlite"  # the copy in the sandbox work dir
         self.slot = slot
         self.timeout_s = timeout_s
         self.session_name = session_name
@@ -163,7 +169,11 @@ class SandboxSQL:
         sandbox = self.slot.get()
         where = (id(sandbox), getattr(sandbox, "generation", 0))
         if self._copied_to != where:
-            sandbox.put_file(DB_NAME, self.db_path.read_bytes())
+            start = time.perf_counter()
+            try:
+                sandbox.put_file(self.db_name, self.db_path.read_bytes())
+            finally:
+                self.slot.sandbox_seconds += time.perf_counter() - start
             self._copied_to = where
         return sandbox
 
@@ -181,11 +191,10 @@ class SandboxSQL:
         problem = check_sql(sql)
         if problem:
             raise ToolError(f"query refused: {problem}")
+        session = self._sandbox().python_session(self.session_name)
+        call = f"_agentrl_sql_query({self.db_name!r}, {sql!r}, {int(max_rows)}, {int(count_limit)}, {self.timeout_s!r})"
         start = time.perf_counter()
         try:
-            sandbox = self._sandbox()
-            call = f"_agentrl_sql_query({DB_NAME!r}, {sql!r}, {int(max_rows)}, {int(count_limit)}, {self.timeout_s!r})"
-            session = sandbox.python_session(self.session_name)
             result = session.run(RUNNER_SOURCE + "\n" + call, timeout=self.timeout_s + 5.0)
         finally:
             self.slot.sandbox_seconds += time.perf_counter() - start

@@ -153,7 +153,7 @@ class CodeEnv(TextEnv):
 
     def make_tools(self) -> list[Tool]:
         self.slot.release()
-        self.slot.sandbox_seconds = 0.0
+        self.slot.sandbox_seconds = self.slot.lease_seconds = self.slot.release_seconds = 0.0
         tool = make_python_tool(self.slot, timeout_s=self.timeout_s, max_output_chars=self.max_output_chars)
         return [tool]
 

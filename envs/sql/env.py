@@ -2,7 +2,9 @@
 
 Tools: ``list_tables()``, ``describe(table)``, ``query(sql)``. Queries run inside a sandbox against a
 read-only copy of the database (see :mod:`agentrl.tools.sql` for the layers of defence); results show
-at most ``max_rows`` rows and a statement stops after ``timeout_s`` seconds.
+at most ``max_rows`` rows and a statement stops after ``timeout_s`` seconds. By default the env keeps
+its sandbox across episodes (``keep_sandbox``): no model code runs in it, so the database copies and the
+read-only connections stay warm and a query costs about a millisecond.
 
 The final answer takes one of two forms (both in the system prompt):
 
@@ -69,7 +71,11 @@ class SQLEnv(TextEnv):
         max_rows: rows shown per query observation.
         timeout_s: statement timeout (seconds) for queries and answer queries.
         sandbox_backend: "auto" | "docker" | "bwrap".
-        pool_size: size of the shared sandbox pool.
+        pool_size: size of the shared sandbox pool (with ``keep_sandbox``, at least the number of SQL envs
+            alive at once in the process).
+        keep_sandbox: keep the leased sandbox across episodes, with its database copies and its warm
+            interpreter (safe: the SQL sandbox never runs model code, and its connections are read-only);
+            False gives it back to the pool at the end of every episode.
     """
 
     splits = ("train", "dev", "test")
@@ -84,7 +90,8 @@ class SQLEnv(TextEnv):
         max_rows: int = 50,
         timeout_s: float = 5.0,
         sandbox_backend: str = "auto",
-        pool_size: int = 4,
+        pool_size: int = 8,
+        keep_sandbox: bool = True,
     ):
         super().__init__(split=split, render_mode=render_mode)
         if database != "all" and database not in DATABASES:
@@ -103,7 +110,9 @@ class SQLEnv(TextEnv):
         self.max_rows = max_rows
         self.timeout_s = timeout_s
         self.slot = SandboxSlot(sandbox_backend, pool_size)
+        self.keep_sandbox = keep_sandbox
         self.runner: SandboxSQL | None = None
+        self._runners: dict[str, SandboxSQL] = {}  # one per database; each knows if its copy is in place
         self.system_prompt = SYSTEM_PROMPT.format(max_rows=max_rows)
 
     # ----------------------------------------------------------------- hooks
@@ -134,11 +143,14 @@ class SQLEnv(TextEnv):
         return name
 
     def make_tools(self) -> list[Tool]:
-        self._release()
-        self.slot.sandbox_seconds = 0.0
+        if not self.keep_sandbox:
+            self._release()
+        self.slot.sandbox_seconds = self.slot.lease_seconds = self.slot.release_seconds = 0.0
         name = self._task_database(self.task) if self.task is not None else self.databases[0]
         path, schema, _ = _database(name)
-        self.runner = SandboxSQL(path, self.slot, timeout_s=self.timeout_s)
+        if name not in self._runners:
+            self._runners[name] = SandboxSQL(path, self.slot, timeout_s=self.timeout_s)
+        self.runner = self._runners[name]
         return make_sql_tools(self.runner, schema, max_rows=self.max_rows)
 
     def score(self, answer: str | None, task: Task) -> Score:
@@ -161,7 +173,8 @@ class SQLEnv(TextEnv):
             metrics["correct"] = float(correct)
             return Score(float(correct), metrics)
         finally:
-            self._release()  # the episode is over: its sandbox goes back to the pool now
+            if not self.keep_sandbox:
+                self._release()  # the episode is over: its sandbox goes back to the pool now
 
     def _answer_rows(self, sql: str, gold_rows: int) -> list[list[Any]] | None:
         if self.runner is None:
@@ -174,8 +187,8 @@ class SQLEnv(TextEnv):
         return None if result.error else result.rows
 
     def _release(self) -> None:
-        if self.runner is not None:
-            self.runner.release()
+        for runner in self._runners.values():
+            runner.release()
         self.slot.release()
 
     def on_close(self) -> None:

@@ -12,7 +12,7 @@ from agentrl.env import Task
 from agentrl.envs.sql.databases import database_path
 from agentrl.envs.sql.oracle import SQLOracle
 from agentrl.tools.python import SandboxSlot
-from agentrl.tools.sql import DB_NAME, RUNNER_SOURCE, SandboxSQL
+from agentrl.tools.sql import RUNNER_SOURCE, SandboxSQL
 
 
 def call(name: str, **arguments: str) -> str:
@@ -150,11 +150,11 @@ def test_the_sandbox_connection_is_read_only_even_without_the_guard(backend):
             "CREATE TABLE x(a)",
         ):
             out = session.run(
-                RUNNER_SOURCE + f"\n_agentrl_sql_query({DB_NAME!r}, {sql!r}, 5, 0, 2.0)", timeout=10
+                RUNNER_SOURCE + f"\n_agentrl_sql_query({runner.db_name!r}, {sql!r}, 5, 0, 2.0)", timeout=10
             )
             payload = json.loads(out.stdout.strip().splitlines()[-1])
             assert payload["error"] and "not authorized" in payload["error"], payload
-        out = session.run(f"import os; print(oct(os.stat({DB_NAME!r}).st_mode & 0o777))", timeout=10)
+        out = session.run(f"import os; print(oct(os.stat({runner.db_name!r}).st_mode & 0o777))", timeout=10)
         assert out.stdout.strip() == "0o444"
         assert runner.run("SELECT COUNT(*) FROM Track", max_rows=5).rows == [[3503]]
     finally:
