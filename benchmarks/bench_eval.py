@@ -2,8 +2,8 @@
 SmolLM2-135M (zero-shot, HF generator on this CPU), through the same code as ``agentrl eval``.
 
 Episodes/min = episodes / wall time of the run, which includes building one env per worker;
-process-wide caches (corpora, shop server, sandbox pool, model weights) are warmed up by a one-task
-run first. Suites whose env or oracle is not available here are listed as skipped.
+process-wide caches (corpora, shop server, sandbox pool) are warmed up by a one-task run first, and
+model loading is left out (``setup_s`` in the metrics). Suites whose env or oracle is not available here are listed as skipped.
 
     python benchmarks/bench_eval.py            # oracle/random: 40 tasks per suite; SmolLM2: 2 episodes, 4 turns
     python benchmarks/bench_eval.py --quick    # oracle/random: 6 tasks per suite; no SmolLM2
@@ -27,7 +27,8 @@ SUITES = ("local-gaia", "search-qa", "sql", "webshop", "math500", "gaia")
 
 def measure(suite: str, agent: str, limit: int, concurrency: int) -> Row:
     try:
-        evaluate(suite, agent, limit=1, concurrency=1)  # warm-up: builds corpora, servers, sandboxes
+        if agent in ("oracle", "random"):  # warm-up: corpora, shop server, sandbox pool
+            evaluate(suite, agent, limit=1, concurrency=1)
         result = evaluate(suite, agent, limit=limit, concurrency=concurrency, seed=1)
     except AgentRLError as exc:
         return Row(f"{suite} / {agent}", float("nan"), "ep/min", note=f"skipped: {str(exc)[:90]}")

@@ -9,6 +9,7 @@ temperature 1 for pass@k.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -92,13 +93,19 @@ def build_generator(spec: AgentSpec, seed: int) -> tuple[Any, Any]:
 
 def run_model_jobs(
     suite: Suite, jobs: Sequence[Job], spec: AgentSpec, *, concurrency: int, seed: int
-) -> list[tuple[Episode, float]]:
-    """Run the jobs (task-major, ``suite.k`` samples each) part by part through ``run_episodes``."""
+) -> tuple[list[tuple[Episode, float]], float]:
+    """Run the jobs (task-major, ``suite.k`` samples each) part by part through ``run_episodes``.
+
+    Returns:
+        ``(episode, seconds)`` per job, and the setup seconds (loading the model or tokenizer).
+    """
     from agentrl.rollout.agent import AgentConfig
     from agentrl.rollout.runner import RunnerConfig, run_episodes
 
     budgets = ModelEvalConfig.from_env()
+    start = time.perf_counter()
     generator, tokenizer = build_generator(spec, seed)
+    setup_s = time.perf_counter() - start
     agent = AgentConfig(
         max_new_tokens=budgets.max_new_tokens,
         max_context_tokens=budgets.max_context_tokens,
@@ -134,4 +141,4 @@ def run_model_jobs(
                 results.append((episode, float(episode.timings.get("wall_s", 0.0))))
     finally:
         generator.close()
-    return results
+    return results, setup_s

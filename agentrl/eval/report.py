@@ -180,7 +180,7 @@ def write_report(records: Sequence[dict[str, Any]], metrics: dict[str, Any], out
         + (f", limit {metrics['limit']}" if metrics["limit"] else ""),
         f"- success: **{100 * overall['success_rate']:.1f}%**, mean reward {overall['mean_reward']:.3f}",
         f"- wall time {metrics['wall_s']:.1f} s, {metrics['episodes_per_minute']:.1f} episodes/min "
-        f"(concurrency {metrics['concurrency']})",
+        f"(concurrency {metrics['concurrency']}; model loading, {metrics.get('setup_s', 0.0):.1f} s, not counted)",
     ]
     if metrics.get("notes"):
         lines.append(f"- note: {metrics['notes']}")

@@ -208,8 +208,9 @@ def scripted_factory(spec: AgentSpec, suite: Suite) -> Callable[[Any, Job], Scri
 # --------------------------------------------------------------------------- model agents
 def run_model(
     suite: Suite, jobs: Sequence[Job], spec: AgentSpec, concurrency: int, seed: int
-) -> list[tuple[Episode, float]]:
-    """Model agents through the rollout engine (HF generator or OpenAI-compatible client)."""
+) -> tuple[list[tuple[Episode, float]], float]:
+    """Model agents through the rollout engine (HF generator or OpenAI-compatible client); also
+    returns the seconds spent loading the model, which episodes/min leaves out."""
     from agentrl.eval.model_agent import run_model_jobs
 
     return run_model_jobs(suite, jobs, spec, concurrency=concurrency, seed=seed)
@@ -238,11 +239,12 @@ def evaluate(
         for sample in range(suite_obj.k)
     ]
     start = time.perf_counter()
+    setup_s = 0.0
     if spec.kind in ("oracle", "random"):
         results = run_scripted(suite_obj, jobs, scripted_factory(spec, suite_obj), concurrency)
     else:
-        results = run_model(suite_obj, jobs, spec, concurrency, seed)
-    wall = time.perf_counter() - start
+        results, setup_s = run_model(suite_obj, jobs, spec, concurrency, seed)
+    wall = time.perf_counter() - start - setup_s
     records = [episode_record(suite_obj, job, ep, s) for job, (ep, s) in zip(jobs, results, strict=True)]
     metrics = {
         "suite": suite if isinstance(suite, str) else suite_obj.name,
@@ -253,6 +255,7 @@ def evaluate(
         "concurrency": concurrency,
         "metric_names": list(suite_obj.metrics),
         "wall_s": wall,
+        "setup_s": setup_s,
         "episodes_per_minute": 60.0 * len(records) / wall if wall > 0 else 0.0,
         "notes": suite_obj.notes,
         **aggregate(records, suite_obj.metrics, suite_obj.k),
