@@ -3,13 +3,18 @@
 Turn 1 runs the task's ``solution_code`` (generated problems) or a cell that stores and prints the gold
 answer (real sets, where no program is known) in the sandbox, split across two calls so that
 interpreter state must persist; turn 2 answers with what the interpreter printed (``\\boxed{}`` on
-half the tasks, ``<answer>`` on the other half).
+half the tasks, ``<answer>`` on the other half). Follows the oracle protocol of ``api-search.md``.
+
+On generated tasks it never reads the gold answer (the program computes it). On the real sets (MATH-500,
+AIME) no program is known, so it prints the gold answer: there it checks the pipeline (sandbox, answer
+forms, math-verify scoring), not problem solving.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from agentrl.env import Task
 
@@ -29,7 +34,7 @@ class CodeOracle:
         self.task = task
         self.turn = 0
 
-    def act(self, observation: str) -> str:
+    def act(self, observation: str, info: dict[str, Any] | None = None) -> str:
         assert self.task is not None, "call reset(task) first"
         self.turn += 1
         if self.turn == 1:
@@ -45,3 +50,15 @@ class CodeOracle:
         if int(hashlib.sha256(self.task.id.encode()).hexdigest()[:4], 16) % 2:
             return f"The result is $\\boxed{{{value}}}$."
         return f"<answer>{value}</answer>"
+
+
+def run_oracle(env: Any, task: Task | None = None, seed: int | None = None) -> tuple[float, dict[str, Any]]:
+    """Play one episode of ``env`` (made with ``agentrl.make``) with a fresh :class:`CodeOracle`."""
+    options = {"task": task} if task is not None else None
+    obs, info = env.reset(seed=seed, options=options)
+    oracle = CodeOracle()
+    oracle.reset(env.unwrapped.task)
+    while True:
+        obs, reward, terminated, truncated, info = env.step(oracle.act(obs, info))
+        if terminated or truncated:
+            return reward, info

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from typing import Any
 
 from agentrl.env import Task
 
@@ -50,7 +51,7 @@ class SQLOracle:
         self.task = task
         self.turn = 0
 
-    def act(self, observation: str) -> str:
+    def act(self, observation: str, info: dict[str, Any] | None = None) -> str:
         assert self.task is not None, "call reset(task) first"
         gold_sql = self.task.payload["gold_sql"]
         self.turn += 1
@@ -68,3 +69,15 @@ class SQLOracle:
         if rows is None:
             return f"<answer>{gold_sql}</answer>"
         return f"<answer>{json.dumps(rows)}</answer>"
+
+
+def run_oracle(env: Any, task: Task | None = None, seed: int | None = None) -> tuple[float, dict[str, Any]]:
+    """Play one episode of ``env`` (made with ``agentrl.make``) with a fresh :class:`SQLOracle`."""
+    options = {"task": task} if task is not None else None
+    obs, info = env.reset(seed=seed, options=options)
+    oracle = SQLOracle()
+    oracle.reset(env.unwrapped.task)
+    while True:
+        obs, reward, terminated, truncated, info = env.step(oracle.act(obs, info))
+        if terminated or truncated:
+            return reward, info

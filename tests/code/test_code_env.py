@@ -9,6 +9,7 @@ import pytest
 import agentrl
 from agentrl.env import Task
 from agentrl.envs.code.oracle import CodeOracle
+from agentrl.envs.code.oracle import run_oracle as play_one
 from agentrl.paths import shared_data_dir
 
 
@@ -166,6 +167,8 @@ def run_oracle(env, tasks) -> float:
 def test_oracle_solves_generated_problems(backend):
     env = agentrl.make("agentrl/Code-v0", sandbox_backend=backend, n_tasks=100)
     assert run_oracle(env, list(env.unwrapped.tasks("test"))) >= 0.99
+    reward, info = play_one(env, seed=3)  # the protocol helper, from a seeded reset
+    assert reward == 1.0 and info["metrics"]["tool_calls"] == 2.0
     env.close()
 
 

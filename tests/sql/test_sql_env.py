@@ -11,6 +11,7 @@ import agentrl
 from agentrl.env import Task
 from agentrl.envs.sql.databases import database_path
 from agentrl.envs.sql.oracle import SQLOracle
+from agentrl.envs.sql.oracle import run_oracle as play_one
 from agentrl.tools.python import SandboxSlot
 from agentrl.tools.sql import RUNNER_SOURCE, SandboxSQL
 
@@ -189,6 +190,8 @@ def test_oracle_solves_the_test_split(backend, env_id):
     tasks = list(env.unwrapped.tasks("test"))
     assert len(tasks) >= 100 and {t.level for t in tasks} == {1, 2, 3}
     assert run_oracle(env, tasks) >= 0.99
+    reward, info = play_one(env, seed=3)  # the protocol helper, from a seeded reset
+    assert reward == 1.0 and info["metrics"]["tool_calls"] == 3.0
     env.close()
 
 
