@@ -208,3 +208,20 @@ def test_bad_kwargs_name_the_field():
         agentrl.make("agentrl/SQL-v0", database="northwind")
     with pytest.raises(agentrl.errors.ConfigError, match="env.levels"):
         agentrl.make("agentrl/SQL-v0", levels=(4,))
+
+
+def test_without_any_backend_the_query_tool_says_so(monkeypatch):
+    # A Docker engine that does not answer: construction works, schema tools work, queries are clear errors.
+    import agentrl.sandboxes.docker_backend as docker_backend
+
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:9")
+    monkeypatch.setattr(docker_backend, "_client", None)  # forget the process-wide client
+    env = agentrl.make("agentrl/SQLChinook-v0", sandbox_backend="docker", pool_size=3)  # a pool of its own
+    env.reset(options={"task": ROCK})
+    obs, reward, terminated, truncated, info = env.step(call("query", sql="SELECT 1"))
+    assert obs.startswith("Error: sandbox failure in query") and not terminated, obs
+    assert info["tool_calls"][0]["error_kind"] == "sandbox_error"
+    assert "Track (3503 rows)" in env.step(call("list_tables"))[0]  # host-side schema needs no sandbox
+    *_, reward, terminated, _, info = env.step("<answer>1297</answer>")
+    assert (reward, terminated) == (1.0, True)
+    env.close()
