@@ -20,7 +20,7 @@ register(
 register(
     "agentrl/GAIA-Real-v0",
     "agentrl.envs.gaia.real:GaiaRealEnv",
-    description="Real GAIA from a local metadata.jsonl folder (data_dir=...), file reader tool, GAIA scorer",
+    description="Real GAIA from a local metadata.jsonl folder (data_dir=...), file reader + python tools, GAIA scorer",
     max_turns=12,
     max_obs_chars=8192,
 )

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentrl.tools.base import Tool
-from agentrl.tools.files import make_file_tools
-
 from agentrl.env import Score, Task, TextEnv
 from agentrl.eval.gaia_scorer import question_scorer
+from agentrl.tools.base import Tool
+from agentrl.tools.files import make_file_tools
 
 # GAIA's answer-format instructions, in our words, plus how tools are called here.
 GAIA_SYSTEM_PROMPT = """You are a general AI assistant that answers questions using tools.
@@ -31,6 +30,11 @@ class GaiaBaseEnv(TextEnv):
 
     system_prompt = GAIA_SYSTEM_PROMPT
     final_answer_prefix = True
+    #: Offer the sandboxed ``python`` tool (subclasses set these in ``__init__``).
+    python: bool = False
+    sandbox_backend: str = "auto"
+    python_timeout_s: float = 10.0
+    _slot = None  # the episode's sandbox slot, leased on the first python call
 
     def attachment_path(self, task: Task) -> Path | None:
         """Where the task's attached file is (``None`` without one); subclasses may create it here."""
@@ -38,11 +42,27 @@ class GaiaBaseEnv(TextEnv):
         return Path(path) if path else None
 
     def make_tools(self) -> list[Tool]:
-        if self.task is None:
-            return make_file_tools({})
-        path = self.attachment_path(self.task)
-        name = self.task.payload.get("file_name") or ""
-        return make_file_tools({name: path} if path is not None and name else {})
+        self._release_sandbox()
+        files = {}
+        if self.task is not None and self.task.payload.get("file_name"):
+            path = self.attachment_path(self.task)
+            if path is not None:
+                files[self.task.payload["file_name"]] = path
+        tools = make_file_tools(files)
+        if self.python:
+            from agentrl.tools.python import SandboxSlot, make_python_tool
+
+            self._slot = SandboxSlot(backend=self.sandbox_backend)
+            tools.append(make_python_tool(self._slot, timeout_s=self.python_timeout_s))
+        return tools
+
+    def _release_sandbox(self) -> None:
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            slot.release()
+
+    def on_close(self) -> None:
+        self._release_sandbox()
 
     def render_task(self, task: Task) -> str:
         name = task.payload.get("file_name") or ""

@@ -15,14 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from agentrl.env import Task
 from agentrl.envs.gaia.attachments import TableDoc, write_attachment
 from agentrl.envs.gaia.base import GaiaBaseEnv
 from agentrl.envs.gaia.tasks import DEFAULT_COUNTS, SPLIT_SEEDS, generate_tasks
-from agentrl.tools.base import Tool
-
-from agentrl.env import Task
 from agentrl.errors import ConfigError
 from agentrl.paths import cache_dir
+from agentrl.tools.base import Tool
 
 GENERATOR_VERSION = 1  # bump when templates change, so cached attachments are not reused
 
@@ -71,7 +70,6 @@ class LocalGaiaEnv(GaiaBaseEnv):
         self.sandbox_backend = sandbox_backend
         self.python_timeout_s = python_timeout_s
         self.levels = set(levels) if levels is not None else None
-        self._slot = None  # the episode's sandbox slot, leased on the first python call
 
     @property
     def files_dir(self) -> Path:

@@ -16,9 +16,8 @@ import re
 from collections.abc import Callable, Generator
 from typing import Any
 
-from agentrl.envs.search.oracle import KIND_HINTS, RESULT_RE, tool_call
-
 from agentrl.env import Task
+from agentrl.envs.search.oracle import KIND_HINTS, RESULT_RE, tool_call
 
 Table = list[dict[str, Any]]
 

@@ -18,9 +18,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentrl.envs.gaia.base import GaiaBaseEnv
-
 from agentrl.env import Task
+from agentrl.envs.gaia.base import GaiaBaseEnv
 from agentrl.errors import ConfigError, EnvError
 from agentrl.paths import REPO_ROOT
 
@@ -91,12 +90,15 @@ def load_gaia_split(data_dir: str | Path, split: str) -> list[Task]:
 
 
 class GaiaRealEnv(GaiaBaseEnv):
-    """GAIA's own tasks with the file reader as the only tool (no web access offline).
+    """GAIA's own tasks with the file reader and the sandboxed python tool (no web access offline).
 
     Args:
         split: ``validation`` (answers public) or ``test`` (answers are ``?``).
         data_dir: the GAIA folder; default ``AGENTRL_GAIA_DIR``, else the small bundled fixture.
         level: keep only tasks of this level (1-3).
+        python: offer the sandboxed ``python`` tool.
+        sandbox_backend: ``auto``, ``docker`` or ``bwrap``.
+        python_timeout_s: time limit of one python call.
     """
 
     splits = ("validation", "test")
@@ -108,8 +110,14 @@ class GaiaRealEnv(GaiaBaseEnv):
         render_mode: str | None = None,
         data_dir: str | None = None,
         level: int | None = None,
+        python: bool = True,
+        sandbox_backend: str = "auto",
+        python_timeout_s: float = 10.0,
     ):
         super().__init__(split=split, render_mode=render_mode)
+        self.python = python
+        self.sandbox_backend = sandbox_backend
+        self.python_timeout_s = python_timeout_s
         self.data_dir = resolve_data_dir(data_dir)
         if level is not None and level not in (1, 2, 3):
             raise ConfigError("level", f"GAIA levels are 1, 2 and 3, got {level!r}", "pass level=1, 2 or 3")

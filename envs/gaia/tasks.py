@@ -19,10 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agentrl.env import Task
 from agentrl.envs.gaia.attachments import FORMATS, TableDoc
 from agentrl.envs.search.wiki import RELATIONS, Entity, Wiki
-
-from agentrl.env import Task
 
 REFERENCE_YEAR = 2025
 # split -> (level -> number of tasks); test is the reported local-gaia suite (50/70/30 = 150)

@@ -6,10 +6,10 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from agentrl.envs.gaia.attachments import FORMATS, TableDoc, write_attachment
-from agentrl.tools.files import PAGE_CHARS, make_file_tools, render_file
 
+from agentrl.envs.gaia.attachments import FORMATS, TableDoc, write_attachment
 from agentrl.errors import ToolError
+from agentrl.tools.files import PAGE_CHARS, make_file_tools, render_file
 
 DOC = TableDoc(
     "Orchard yields",

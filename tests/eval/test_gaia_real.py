@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from agentrl.envs.gaia.real import GaiaRealEnv, load_gaia_split
 
 import agentrl
+from agentrl.envs.gaia.real import GaiaRealEnv, load_gaia_split
 from agentrl.errors import ConfigError, EnvError
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "gaia" / "2023"
@@ -77,3 +77,20 @@ def test_level_filter() -> None:
     assert [t.level for t in env.tasks()] == [2, 2]
     with pytest.raises(ConfigError, match="level"):
         GaiaRealEnv(data_dir=str(FIXTURE), level=4)
+
+
+def test_python_tool_is_offered_and_runs() -> None:
+    env = GaiaRealEnv(data_dir=str(FIXTURE))
+    env.reset(options={"task_id": load_gaia_split(FIXTURE, "validation")[0].id})
+    assert {t["function"]["name"] for t in env.tools} == {"read_file", "python"}
+    call = {"name": "python", "arguments": {"code": "print(17 * 3)"}}
+    obs, _, _, _, info = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+    if info["tool_calls"][0]["error_kind"] == "sandbox_error":
+        pytest.skip(f"no sandbox backend here: {obs}")
+    assert obs.strip() == "51"
+    _, reward, terminated, _, _ = env.step("FINAL ANSWER: 51")
+    assert terminated and reward == 1.0
+    env.close()
+    assert {t["function"]["name"] for t in GaiaRealEnv(data_dir=str(FIXTURE), python=False).tools} == {
+        "read_file"
+    }

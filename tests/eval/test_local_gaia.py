@@ -5,13 +5,13 @@ from __future__ import annotations
 import collections
 
 import pytest
+
+import agentrl
 from agentrl.envs.gaia.oracle import LocalGaiaOracle, parse_table
 from agentrl.envs.gaia.tasks import DEFAULT_COUNTS
 from agentrl.envs.search.wiki import generate_wiki
-from agentrl.tools.files import render_file
-
-import agentrl
 from agentrl.eval.gaia_scorer import scoring_mode
+from agentrl.tools.files import render_file
 
 
 def run_oracle(env, oracle: LocalGaiaOracle, task_ids: list[str]) -> list[tuple[float, dict]]:
