@@ -23,7 +23,6 @@ gives rows that say so. Rows (every one against a baseline measured in the same 
 from __future__ import annotations
 
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -37,6 +36,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 import common  # noqa: E402
 from common import median, parser, write_json  # noqa: E402
+from peers_setup import HOST_PYTHON, THREADS, Peers, retrieval_app, start_server, tail, venv_dir  # noqa: E402
 
 
 class Row(common.Row):
@@ -47,161 +47,16 @@ class Row(common.Row):
         return None if self.value is None else super().ratio
 
 
-PEER_PACKAGES = ["torch==2.13.0", "gem-llm", "skyrl-gym", "trl"]
 PEERS = {"gem-llm": "GEM", "skyrl-gym": "SkyRL-Gym", "trl": "TRL"}
-HOST_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 SNIPPETS = [
     "print(1)",
     "import math\nprint(round(sum(math.sqrt(i) for i in range(200000)), 3))",
     "import json\nprint(json.dumps({'a': [1, 2, 3], 'b': 'x' * 8}))",
 ]
-THREADS = 1  # both sides; the shared machine's other load makes more threads noisy
 
 
 def ms(seconds: float) -> float:
     return seconds * 1000.0
-
-
-# ---------------------------------------------------------------- peers venv
-
-
-def venv_dir(arg: str | None) -> Path:
-    return Path(arg or os.environ.get("AGENTRL_PEERS_VENV") or REPO / ".cache" / "peers-venv")
-
-
-class Peers:
-    """The peers' venv: created once, then reused; runs ``peers_worker.py`` commands in it."""
-
-    def __init__(self, path: Path, workdir: Path):
-        self.path, self.workdir = path, workdir
-        self.python = path / "bin" / "python"
-        self.versions: dict[str, Any] = {}
-        self.problem = ""  # why nothing runs in the venv, if so
-        self.setup_s = 0.0
-        # GEM's and SkyRL's tools run "python" from PATH: point it at the same interpreter build the
-        # subprocess baseline uses, never a pyenv shim (hundreds of ms on its own).
-        shim = workdir / "bin"
-        shim.mkdir(exist_ok=True)
-        (shim / "python").symlink_to(HOST_PYTHON)
-        self.env = {
-            **os.environ,
-            "PATH": f"{shim}:{os.environ.get('PATH', '')}",
-            "OMP_NUM_THREADS": str(THREADS),
-            "HF_HUB_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-        }
-
-    def ensure(self) -> None:
-        start = time.perf_counter()
-        if not self.python.exists():
-            steps = [
-                [sys.executable, "-m", "venv", str(self.path)],
-                [str(self.python), "-m", "pip", "install", "-q", *PEER_PACKAGES],
-            ]
-            for cmd in steps:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-                if proc.returncode != 0:
-                    self.problem = f"`{' '.join(cmd[-4:])}` failed: {tail(proc.stderr or proc.stdout)}"
-                    break
-        if not self.problem:
-            result = self.run("versions", {}, timeout=300)
-            if isinstance(result, str):
-                self.problem = result
-            else:
-                self.versions = result
-        self.setup_s = time.perf_counter() - start
-
-    def missing(self, dist: str) -> str:
-        """Why ``dist`` cannot be measured ('' when it can)."""
-        if self.problem:
-            return f"peers venv unusable: {self.problem}"
-        if not self.versions.get(dist):
-            return f"{dist} not installable here: {self.versions.get(f'{dist}_error', 'missing')}"
-        return ""
-
-    def run(self, command: str, spec: dict, timeout: float = 600) -> dict | str:
-        """Run one worker command; its JSON result, or the error text."""
-        spec_path = self.workdir / f"{command}-spec.json"
-        out_path = self.workdir / f"{command}-out.json"
-        spec_path.write_text(json.dumps(spec))
-        out_path.unlink(missing_ok=True)
-        try:
-            proc = subprocess.run(
-                [str(self.python), str(HERE / "peers_worker.py"), command, str(spec_path), str(out_path)],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env=self.env,
-                cwd=self.workdir,
-            )
-        except subprocess.TimeoutExpired:
-            return f"worker `{command}` ran over {timeout:.0f} s"
-        if proc.returncode != 0 or not out_path.exists():
-            return f"worker `{command}` failed (rc {proc.returncode}): {tail(proc.stderr)}"
-        return json.loads(out_path.read_text())
-
-
-def tail(text: str, n: int = 240) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return (lines[-1] if lines else "no output")[-n:]
-
-
-# ---------------------------------------------------------------- the shared retrieval server
-
-
-def retrieval_app(retriever: Any) -> Any:
-    """Search-R1 ``/retrieve`` over our retriever, in the three dialects the platforms speak.
-
-    JSON ``{"queries": [...]}`` (Search-R1, agentrl) and JSON ``{"query": q}`` (SkyRL) answer
-    ``{"result": [[hit, ...], ...]}``; msgpack ``{"query": q}`` (GEM's mosec server) answers msgpack
-    ``{"result": [hit, ...]}``. A hit is ``{"document": {"id", "contents": "title\\ntext"}, "score"}``.
-    """
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
-
-    def hits(query: str, topk: int) -> list[dict]:
-        return [
-            {"document": {"id": h.doc_id, "contents": f"{h.title}\n{h.text}"}, "score": h.score}
-            for h in retriever.search(query, topk)
-        ]
-
-    async def retrieve(request: Request) -> Response:
-        raw = await request.body()
-        if request.headers.get("content-type", "").startswith("application/json"):
-            body = json.loads(raw)
-            queries = body["queries"] if "queries" in body else [body["query"]]
-            return JSONResponse({"result": [hits(q, int(body.get("topk", 3))) for q in queries]})
-        import msgpack  # GEM's dialect only
-
-        body = msgpack.unpackb(raw)
-        result = hits(body["query"], int(body.get("topk") or 3))
-        return Response(msgpack.packb({"result": result}), media_type="application/msgpack")
-
-    return Starlette(routes=[Route("/retrieve", retrieve, methods=["POST"])])
-
-
-def start_server(app: Any) -> tuple[str, Any]:
-    """Serve ``app`` on 127.0.0.1 (any free port) in a thread; ``(url, server)``."""
-    import socket
-    import threading
-
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    # Accepted connections inherit TCP_NODELAY. Without it every keep-alive request (httpx client,
-    # requests.Session) stalls ~40 ms on Nagle + delayed ACK here, which would swamp the env cost.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the retrieval server did not start within 20 s")
-        time.sleep(0.01)
-    return f"http://127.0.0.1:{sock.getsockname()[1]}/retrieve", server
 
 
 # ---------------------------------------------------------------- search env rows
@@ -573,8 +428,8 @@ def mem_rows(peers: Peers, quick: bool) -> list[Row]:
                 else f"failed: {tail(proc.stderr)}"
             )
         problem = peers.missing("trl")
-        results["trl"] = problem or peers.run(
-            "logprob_mem", {"T": n, "V": v, "H": h, "threads": THREADS}, 900
+        results["trl"] = problem or peers.run_fresh(
+            "logprob_mem", {"T": n, "V": v, "H": h, "threads": THREADS}
         )
         trl = results["trl"]
         base = (
@@ -623,24 +478,24 @@ def main() -> int:
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
         peers = Peers(venv_dir(args.venv), Path(tmp))
-        peers.ensure()
-        found = ", ".join(
-            f"{PEERS.get(d, d)} {v}" for d, v in peers.versions.items() if v and "_error" not in d
-        )
-        rows = [
-            Row(
-                "peers venv ready (create+install, or reuse)",
-                peers.setup_s,
-                "s",
-                note=peers.problem or f"{peers.path}: {found}",
-            )
-        ]
-        for section in (search_rows, python_rows, batch_rows, grpo_rows, mem_rows):
-            rows += section(peers, args.quick)
-        rows += gpu_rows()
+        try:
+            rows = measure_all(peers, args.quick)
+        finally:
+            peers.close()
     print_rows(rows)
     write_json(args.json_path, "peers", rows, args.quick)
     return 0
+
+
+def measure_all(peers: Peers, quick: bool) -> list[Row]:
+    """Every section's rows; a peer that is missing or fails gives rows saying so."""
+    peers.ensure()
+    found = ", ".join(f"{PEERS.get(d, d)} {v}" for d, v in peers.versions.items() if v and "_error" not in d)
+    note = peers.problem or f"{peers.path}: {found} (includes starting the worker and importing the peers)"
+    rows = [Row("peers venv ready (create+install, or reuse)", peers.setup_s, "s", note=note)]
+    for section in (search_rows, python_rows, batch_rows, grpo_rows, mem_rows):
+        rows += section(peers, quick)
+    return rows + gpu_rows()
 
 
 def print_rows(rows: list[Row]) -> None:

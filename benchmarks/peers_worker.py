@@ -2,9 +2,10 @@
 
 It imports GEM (``gem``), SkyRL-Gym (``skyrl_gym``) and TRL (``trl``), never ``agentrl``, and
 measures them on inputs that ``bench_peers.py`` prepared (same queries, same snippets, same
-tensors). One measurement per process call::
+tensors). One command per process, or many through ``serve`` (imports paid once)::
 
     PEERS_VENV/bin/python benchmarks/peers_worker.py COMMAND SPEC.json OUT.json
+    PEERS_VENV/bin/python benchmarks/peers_worker.py serve    # JSON request lines on stdin
 
 Commands: ``versions``, ``search``, ``python``, ``grpo``, ``batch``, ``logprob_mem``. The spec and
 the result are JSON; tensors travel as a ``torch.save`` file named in the spec (same torch
@@ -310,9 +311,33 @@ COMMANDS = {
 }
 
 
+RESULT_MARK = "@@peers-worker-result@@ "
+
+
+def serve() -> int:
+    """Answer ``{"command", "spec"}`` lines from stdin, one result line each, until stdin closes.
+
+    One process for every command (except the memory one, which needs a fresh process) so the
+    peers' imports (transformers via trl: seconds) are paid once. Results are prefixed with
+    ``RESULT_MARK`` because the peers may print to stdout themselves.
+    """
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            result = COMMANDS[request["command"]](request["spec"])
+        # A peer's own failure must become that row's note, not end the other measurements.
+        except Exception as exc:  # noqa: BLE001
+            result = {"__error__": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(RESULT_MARK + json.dumps(result) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["serve"]:
+        return serve()
     if len(argv) != 3 or argv[0] not in COMMANDS:
-        print(f"usage: peers_worker.py {{{'|'.join(COMMANDS)}}} SPEC.json OUT.json", file=sys.stderr)
+        print(f"usage: peers_worker.py serve | {{{'|'.join(COMMANDS)}}} SPEC.json OUT.json", file=sys.stderr)
         return 2
     with open(argv[1]) as fh:
         spec = json.load(fh)
