@@ -24,7 +24,7 @@ from typing import Any
 
 import agentrl
 from agentrl.env import Task
-from agentrl.errors import AgentRLError, ConfigError
+from agentrl.errors import AgentRLError, ConfigError, EnvError
 from agentrl.eval.agents import AgentSpec, OracleAdapter, RandomAgent, ScriptedAgent, load_oracle, parse_agent
 from agentrl.eval.report import aggregate, failure_bucket, table_lines, write_report
 from agentrl.eval.suites import Part, Suite, parse_suite
@@ -62,7 +62,7 @@ def select_tasks(suite: Suite, limit: int | None, seed: int) -> list[tuple[Part,
     for part in suite.parts:
         try:
             env = make_part_env(part, suite.split)
-        except agentrl.env.EnvError as exc:
+        except EnvError as exc:
             raise ConfigError(
                 "suite", f"suite {suite.name!r} needs env {part.env_id}: {exc}", "see `agentrl envs`"
             ) from exc
@@ -74,7 +74,7 @@ def select_tasks(suite: Suite, limit: int | None, seed: int) -> list[tuple[Part,
             keep = set(random.Random(f"{seed}/{part.env_id}").sample(range(len(tasks)), limit))
             tasks = [t for i, t in enumerate(tasks) if i in keep]
         selected += [(part, t) for t in tasks]
-    if suite.name.startswith("gaia") and any(str(t.answer) == "?" for _, t in selected):
+    if any(p.env_id == "agentrl/GAIA-Real-v0" and str(t.answer) == "?" for p, t in selected):
         raise ConfigError(
             "suite", "GAIA test answers are hidden ('?'), so they cannot be scored", "use split=validation"
         )
