@@ -149,3 +149,33 @@ def test_random_agent_actions_are_well_formed() -> None:
         if terminated or truncated:
             break
     env.close()
+
+
+def test_cli_eval_prints_json_metrics(tmp_path: Path) -> None:
+    import subprocess
+
+    agentrl_bin = Path(sys.executable).parent / "agentrl"
+    argv = [
+        str(agentrl_bin),
+        "eval",
+        "--suite",
+        "local-gaia:python=false",
+        "--agent",
+        "oracle",
+        "--limit",
+        "3",
+    ]
+    done = subprocess.run(
+        [*argv, "--concurrency", "1", "--out", str(tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads(done.stdout)
+    assert metrics["overall"]["success_rate"] == 1.0 and metrics["overall"]["tasks"] == 3
+    assert (tmp_path / "report.md").is_file()
+    bad = subprocess.run(
+        [str(agentrl_bin), "eval", "--suite", "nope"], capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 2 and "unknown eval suite 'nope'" in bad.stderr
