@@ -362,7 +362,8 @@ class EpisodeRun:
                 continue
             if in_branch:
                 branch_turns += 1
-            over = len(current.ids) + len(turn.output_ids) + 256 > cfg.summary_threshold
+            self._set_obs(fmt, turn, [fmt.obs_message(obs)], [int(Source.TOOL)])
+            over = len(current.ids) + len(turn.output_ids) + len(turn.obs_ids) > cfg.summary_threshold
             if cfg.folding == "summary" and over and summaries < cfg.max_summaries:
                 self._set_obs(
                     fmt,
@@ -385,7 +386,6 @@ class EpisodeRun:
                 main = current
                 self.segments.append(current.segment)
                 continue
-            self._set_obs(fmt, turn, [fmt.obs_message(obs)], [int(Source.TOOL)])
             current.add(turn)
             if in_branch and branch_turns >= cfg.branch_max_turns:
                 current = self._close_branch(fmt, main, pending_branch, None)

@@ -108,7 +108,7 @@ def test_summary_restarts_the_context_with_summary_segments(tokenizer):
         return CALL.format(key="k2")
 
     gen = ScriptedGenerator(tokenizer, script)
-    cfg = config(folding="summary", summary_threshold=420, max_summaries=2, max_turns=12)
+    cfg = config(folding="summary", summary_threshold=300, max_summaries=2, max_turns=12)
     (episode,) = run_episodes(make_lookup_env, ["k2"], gen, tokenizer, cfg)
     assert episode.error is None and episode.outcome == 1.0, episode.error
     kinds = [(s.kind, s.fold_id) for s in episode.segments]
