@@ -8,6 +8,7 @@ Whatever the agent, a crashed episode is recorded with its error and the run goe
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import shlex
@@ -56,8 +57,27 @@ def make_part_env(part: Part, split: str) -> Any:
     return agentrl.make(part.env_id, split=split, **kwargs)
 
 
+def stratified_sample(
+    tasks: Sequence[Task], limit: int, label: Callable[[Task], str], seed: str
+) -> list[Task]:
+    """``limit`` tasks drawn round-robin over subsets (each shuffled with ``seed``), in original order,
+    so a small limit still covers every level / source."""
+    rng = random.Random(seed)
+    groups: dict[str, list[int]] = {}
+    for index, task in enumerate(tasks):
+        groups.setdefault(label(task), []).append(index)
+    queues = [rng.sample(indices, len(indices)) for _, indices in sorted(groups.items())]
+    keep: list[int] = []
+    while len(keep) < limit:
+        for queue in queues:
+            if queue and len(keep) < limit:
+                keep.append(queue.pop())
+    return [tasks[i] for i in sorted(keep)]
+
+
 def select_tasks(suite: Suite, limit: int | None, seed: int) -> list[tuple[Part, Task]]:
-    """Tasks of every part; with ``limit``, a seeded sample of at most ``limit`` tasks *per part*."""
+    """Tasks of every part; with ``limit``, a seeded sample of at most ``limit`` tasks *per part*,
+    spread evenly over the suite's subsets (levels, sources)."""
     selected = []
     for part in suite.parts:
         try:
@@ -71,8 +91,9 @@ def select_tasks(suite: Suite, limit: int | None, seed: int) -> list[tuple[Part,
         finally:
             env.close()
         if limit is not None and limit < len(tasks):
-            keep = set(random.Random(f"{seed}/{part.env_id}").sample(range(len(tasks)), limit))
-            tasks = [t for i, t in enumerate(tasks) if i in keep]
+            tasks = stratified_sample(
+                tasks, limit, functools.partial(subset_label, suite, part), f"{seed}/{part.env_id}"
+            )
         selected += [(part, t) for t in tasks]
     if any(p.env_id == "agentrl/GAIA-Real-v0" and str(t.answer) == "?" for p, t in selected):
         raise ConfigError(

@@ -179,3 +179,15 @@ def test_cli_eval_prints_json_metrics(tmp_path: Path) -> None:
         [str(agentrl_bin), "eval", "--suite", "nope"], capture_output=True, text=True, timeout=120
     )
     assert bad.returncode == 2 and "unknown eval suite 'nope'" in bad.stderr
+
+
+def test_stratified_sample_covers_subsets() -> None:
+    from agentrl.env import Task
+    from agentrl.eval.runner import stratified_sample
+
+    tasks = [Task(str(i), "q", level=1 if i < 90 else (2 if i < 98 else 3)) for i in range(100)]
+    picked = stratified_sample(tasks, 6, lambda t: str(t.level), "0")
+    assert sorted(t.level for t in picked) == [1, 1, 2, 2, 3, 3]
+    assert picked == sorted(picked, key=lambda t: int(t.id))
+    assert stratified_sample(tasks, 6, lambda t: str(t.level), "0") == picked
+    assert len(stratified_sample(tasks, 99, lambda t: str(t.level), "1")) == 99
