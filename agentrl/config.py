@@ -236,6 +236,18 @@ class TrainConfig:
     """Supervised warm-up steps on oracle demonstrations before RL."""
     sft_lr: float = 1e-4
     """Learning rate of the supervised warm-up."""
+    sft_demos: int = 64
+    """Training tasks the oracle demonstrates for the warm-up (successful ones are used)."""
+    sft_batch_size: int = 8
+    """Demonstrations per warm-up step."""
+    oracle: str = ""
+    """Scripted oracle "module:Class" for the warm-up demonstrations (e.g. agentrl.envs.search.oracle:SearchOracle)."""
+    eval_temperature: float = 0.0
+    """Sampling temperature of held-out evaluation (0 = greedy)."""
+    num_threads: int = 0
+    """torch CPU threads (0 = torch's default); 1 is fastest when other processes share the cores."""
+    trainable_layers: int = 0
+    """Full fine-tuning of only the top N transformer blocks and final norm (0 = every weight); cuts backward cost on CPU."""
     seed: int = 0
     """Seed for tasks, sampling and initialisation."""
     eval_every: int = 0
@@ -266,6 +278,14 @@ class TrainConfig:
             raise ConfigError(f"{prefix}.lr", f"must be > 0, got {self.lr}")
         if self.steps < 0:
             raise ConfigError(f"{prefix}.steps", f"must be >= 0, got {self.steps}")
+        if self.sft_warmup_steps > 0 and ":" not in self.oracle:
+            raise ConfigError(
+                f"{prefix}.oracle",
+                "the SFT warm-up needs a scripted oracle",
+                "set train.oracle=module:Class (e.g. agentrl.envs.search.oracle:SearchOracle) or sft_warmup_steps=0",
+            )
+        if self.ppo_epochs < 1:
+            raise ConfigError(f"{prefix}.ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
 
 
 @dataclass(frozen=True)

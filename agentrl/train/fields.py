@@ -39,10 +39,40 @@ class StepData:
 
     episodes: list[Episode]
     tokens: TokenBatch
-    old: dict[str, Tensor | None]
+    old: Mapping[str, Tensor | None]
     config: Any
     ig_scorer: Callable[[list[Episode]], Tensor] | None = None
     extra: dict[str, Tensor] = field(default_factory=dict)
+
+
+class LazyScores(Mapping[str, Tensor | None]):
+    """The pre-update pass (``logp``, ``entropy``, ``values``), run only when a field reads it.
+
+    With sampler log-probs and an estimator that needs neither entropy nor values (GRPO), the
+    whole extra forward pass over the batch is skipped.
+    """
+
+    def __init__(self, compute: Callable[[], dict[str, Tensor | None]]):
+        self._compute = compute
+        self._scores: dict[str, Tensor | None] | None = None
+
+    def _get(self) -> dict[str, Tensor | None]:
+        if self._scores is None:
+            self._scores = self._compute()
+        return self._scores
+
+    def __getitem__(self, name: str) -> Tensor | None:
+        return self._get()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    @property
+    def computed(self) -> bool:
+        return self._scores is not None
 
 
 class LazyBatch(Mapping[str, Tensor]):
@@ -229,4 +259,4 @@ def _gt_logprob(step: StepData) -> Tensor:
     return per_rollout[step.tokens.row_episode]
 
 
-__all__ = ["BATCH_FIELDS", "LazyBatch", "StepData", "field_builder"]
+__all__ = ["BATCH_FIELDS", "LazyBatch", "LazyScores", "StepData", "field_builder"]

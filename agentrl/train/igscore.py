@@ -4,8 +4,9 @@ For rollout ``i`` and turn boundary ``k`` (0 = the prompt alone, ``k`` = after t
 its observation) the context is the segment's token ids up to that point plus the template's
 prefix ("Now there's enough information to answer.\\n<answer>"); the target is the tokenized
 gold answer, and ``s[i, k]`` is its mean teacher-forced log-prob (no gradient), computed by the
-generator's ``score_mean`` (θ_old, as in the IGPO code). The column after a rollout's last turn is
-never used by the estimator and is left at 0.
+learner itself before the update (θ_old, as in the IGPO code), so it works with every rollout
+backend and engine. The column after a rollout's last turn is never used by the estimator and is
+left at 0.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from agentrl.trajectory import Episode
+from agentrl.trajectory import Episode, TokenBatch
 
 
 def gold_text(ground_truth: Any) -> str:
@@ -30,19 +31,41 @@ def gold_text(ground_truth: Any) -> str:
     return "" if ground_truth is None else str(ground_truth)
 
 
+def learner_score_mean(engine: Any, micro_batch_size: int, pad_id: int):
+    """``score_mean(contexts, targets) -> list[float]`` with the learner (no gradient, any engine)."""
+    from agentrl.train.update import score_tokens
+
+    def score_mean(contexts: Sequence[list[int]], targets: Sequence[list[int]]) -> list[float]:
+        rows = [c + t for c, t in zip(contexts, targets, strict=True)]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        attention = torch.zeros(len(rows), width, dtype=torch.long)
+        loss_mask = torch.zeros(len(rows), width)
+        for i, (context, target) in enumerate(zip(contexts, targets, strict=True)):
+            ids[i, : len(context) + len(target)] = torch.tensor(context + target)
+            attention[i, : len(context) + len(target)] = 1
+            loss_mask[i, len(context) : len(context) + len(target)] = 1.0
+        tokens = TokenBatch(ids, attention, loss_mask, None, None, None, None, None, None)
+        logp = score_tokens(engine, tokens, micro_batch_size)["logp"]  # [N, W]
+        return ((logp * loss_mask).sum(1) / loss_mask.sum(1).clamp_min(1)).tolist()
+
+    return score_mean
+
+
 class GoldAnswerScorer:
     """``scorer(episodes) -> [R, K + 1]`` gold-answer confidences for IGPO.
 
     Args:
-        generator: a backend with ``score_mean`` (the HF generator wrapping the live policy).
+        score_mean: ``(contexts, targets) -> mean target log-prob`` per pair
+            (:func:`learner_score_mean`, or a generator's ``score_mean``).
         tokenizer: the policy tokenizer.
         template: text with one ``{answer}`` placeholder; only the answer's tokens are averaged.
     """
 
-    def __init__(self, generator: Any, tokenizer: Any, template: str):
+    def __init__(self, score_mean: Any, tokenizer: Any, template: str):
         if "{answer}" not in template:
             raise ValueError("algo.ig_template must contain {answer}")
-        self.generator = generator
+        self.score_mean = score_mean
         self.tokenizer = tokenizer
         self.prefix = template.split("{answer}")[0]
 
@@ -72,10 +95,10 @@ class GoldAnswerScorer:
                     targets.append(answer)
                     slots.append((r, turn.index + 1))
         if contexts:
-            scores = self.generator.score_mean(contexts, targets)
+            scores = self.score_mean(contexts, targets)
             for (r, col), value in zip(slots, scores, strict=True):
                 out[r, col] = float(value)
         return out
 
 
-__all__ = ["GoldAnswerScorer", "gold_text"]
+__all__ = ["GoldAnswerScorer", "gold_text", "learner_score_mean"]

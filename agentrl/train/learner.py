@@ -174,6 +174,20 @@ class Policy(nn.Module):
         return [p for p in self.parameters() if p.requires_grad]
 
 
+def freeze_below(model: nn.Module, top_layers: int) -> None:
+    """Train only the top ``top_layers`` decoder blocks and the final norm (embeddings/head frozen).
+
+    Backpropagation then stops at the lowest trainable block, which is most of the saving.
+    """
+    decoder = model.get_decoder()
+    blocks = list(decoder.layers)
+    model.requires_grad_(False)
+    for block in blocks[max(0, len(blocks) - top_layers) :]:
+        block.requires_grad_(True)
+    if getattr(decoder, "norm", None) is not None:
+        decoder.norm.requires_grad_(True)
+
+
 def build_policy(model: nn.Module, config: Any) -> Policy:
     """A :class:`Policy` from a RunConfig: LoRA when ``model.lora_rank > 0``, critic when asked."""
     if config.model.lora_rank > 0 and not is_peft(model):
@@ -183,6 +197,8 @@ def build_policy(model: nn.Module, config: Any) -> Policy:
             alpha=config.model.lora_alpha,
             targets=config.model.lora_targets,
         )
+    if config.train.trainable_layers > 0 and not is_peft(model):
+        freeze_below(model, config.train.trainable_layers)
     if config.model.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         if is_peft(model):
@@ -195,4 +211,4 @@ def build_policy(model: nn.Module, config: Any) -> Policy:
     )
 
 
-__all__ = ["Policy", "PolicyOutput", "add_lora", "build_policy", "is_peft"]
+__all__ = ["Policy", "PolicyOutput", "add_lora", "build_policy", "freeze_below", "is_peft"]

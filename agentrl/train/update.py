@@ -81,12 +81,23 @@ def norm_units(agg: str, mask: Tensor) -> Tensor:
     return m.any(dim=1).sum().float()  # seq-mean-*: sequences with at least one token
 
 
+def estimator_options(estimator: Any, algo: AlgoConfig) -> dict[str, Any]:
+    """``gamma``/``lam`` from the config when the estimator takes them and they are set, then ``options``."""
+    accepted = inspect.signature(estimator.fn).parameters
+    defaults = {f.name: f.default for f in dataclasses.fields(AlgoConfig)}
+    options = {
+        k: getattr(algo, k) for k in ("gamma", "lam") if k in accepted and getattr(algo, k) != defaults[k]
+    }
+    options.update(algo.options)
+    return options
+
+
 def compute_advantages(step: StepData) -> tuple[Tensor, Tensor | None, LazyBatch]:
     """Token advantages ``[B, L]`` (and GAE returns) from the registered estimator."""
     algo = step.config.algo
     batch = LazyBatch(step)
     estimator = ADVANTAGES.get(algo.advantage, field="algo.advantage")
-    adv, returns = estimator.from_batch(batch, **algo.options)
+    adv, returns = estimator.from_batch(batch, **estimator_options(estimator, algo))
     return adv, returns, batch
 
 

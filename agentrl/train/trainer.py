@@ -1,0 +1,354 @@
+"""The RL training loop, top to bottom.
+
+    sample tasks -> rollouts (groups) -> filters (failed, void turns, dynamic sampling)
+    -> behaviour/reference passes -> advantages (IGPO's gold scoring only when its estimator asks)
+    -> PPO epochs over minibatches -> weights to the generator -> eval every N steps -> checkpoint
+
+``agentrl train CONFIG [section.field=value ...]`` calls :func:`main`. Nothing here branches on an
+algorithm's name: estimators, losses and KL come from ``agentrl.registry`` and their inputs from
+``agentrl.train.fields``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl.config import RunConfig, load_config, to_dict
+from agentrl.errors import AgentRLError, ConfigError
+from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agentrl.train.engines import make_engine, world
+from agentrl.train.fields import LazyScores, StepData
+from agentrl.train.igscore import GoldAnswerScorer, learner_score_mean
+from agentrl.train.learner import build_policy, is_peft
+from agentrl.train.metrics import MetricsLogger
+from agentrl.train.update import compute_advantages, ppo_update, score_tokens
+from agentrl.trajectory import Episode, build_batch
+
+
+# --------------------------------------------------------------------------- pieces of the loop
+class TaskSampler:
+    """Walks seeded permutations of the training tasks; its position is the data position."""
+
+    def __init__(self, num_tasks: int, seed: int, epoch: int = 0, cursor: int = 0):
+        self.num_tasks, self.seed, self.epoch, self.cursor = num_tasks, seed, epoch, cursor
+
+    def _order(self) -> np.ndarray:
+        return np.random.default_rng([self.seed, self.epoch]).permutation(self.num_tasks)
+
+    def next(self, count: int) -> list[int]:
+        picked: list[int] = []
+        while len(picked) < count:
+            order = self._order()
+            take = min(count - len(picked), self.num_tasks - self.cursor)
+            picked += order[self.cursor : self.cursor + take].tolist()
+            self.cursor += take
+            if self.cursor == self.num_tasks:
+                self.epoch, self.cursor = self.epoch + 1, 0
+        return picked
+
+    def state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "cursor": self.cursor}
+
+
+def filter_episodes(episodes: list[Episode], config: RunConfig) -> tuple[list[Episode], dict[str, float]]:
+    """Drop failed episodes, SimpleTIR void-turn trajectories and (DAPO) all-equal groups."""
+    kept = [ep for ep in episodes if not ep.failed]
+    stats = {"rollout/failed": float(len(episodes) - len(kept))}
+    if config.algo.drop_void_turns:
+        before = len(kept)
+        kept = [ep for ep in kept if not any(t.void for t in ep.turns)]
+        stats["rollout/void_dropped"] = float(before - len(kept))
+    if config.algo.dynamic_sampling and kept:
+        from agentrl.algos.shaping import dynamic_sampling_keep
+
+        groups = {g: i for i, g in enumerate(dict.fromkeys(ep.group_id for ep in kept))}
+        keep = dynamic_sampling_keep(
+            torch.tensor([ep.outcome for ep in kept]), torch.tensor([groups[ep.group_id] for ep in kept])
+        )
+        stats["rollout/equal_groups_dropped"] = float(len(kept) - int(keep.sum())) / config.rollout.group_size
+        kept = [ep for ep, k in zip(kept, keep.tolist(), strict=True) if k]
+    return kept, stats
+
+
+def export_weights(policy: Any) -> list[tuple[str, torch.Tensor]]:
+    """Full-model weights under Hugging Face names (LoRA merged in) for an external generator."""
+    model = policy.model
+    if is_peft(model):
+        model.merge_adapter()
+        try:
+            return [
+                (name.replace(".base_layer.", "."), p.detach().clone())
+                for name, p in policy.lm.named_parameters()
+                if "lora_" not in name
+            ]
+        finally:
+            model.unmerge_adapter()
+    return [(name, p.detach()) for name, p in policy.lm.named_parameters()]
+
+
+def sync_generator(engine: Any, generator: Any) -> None:
+    """New weights to the generator: nothing when it shares the live model, else a copy (vLLM)."""
+    if getattr(generator, "model", None) is engine.policy.model:
+        return  # the HF generator samples from the very module being trained
+    gather = getattr(engine, "gathered_parameters", None)
+    if gather is not None:
+        with gather():
+            generator.update_weights(export_weights(engine.policy))
+    else:
+        generator.update_weights(export_weights(engine.policy))
+
+
+class Rollouts:
+    """Runs episodes of the configured env with the generator (train and eval)."""
+
+    def __init__(self, config: RunConfig, generator: Any, tokenizer: Any):
+        import agentrl
+        from agentrl.rollout.runner import RunnerConfig
+
+        env_cfg = config.env
+        self.env_kwargs = dict(
+            max_turns=env_cfg.max_turns, max_obs_chars=env_cfg.max_obs_chars, **env_cfg.kwargs
+        )
+        self.make_env = lambda: agentrl.make(env_cfg.id, **self.env_kwargs)
+        probe = self.make_env()
+        self.train_tasks = list(probe.unwrapped.load_tasks(env_cfg.split))
+        self.eval_tasks = list(probe.unwrapped.load_tasks(env_cfg.eval_split))
+        probe.close()
+        self.config, self.generator, self.tokenizer = config, generator, tokenizer
+        self.runner_config = RunnerConfig.from_rollout(
+            config.rollout, env_max_turns=env_cfg.max_turns, progress=False
+        )
+
+    def run(self, tasks: list[Any], *, seed: int, version: int, group_size: int, temperature: float | None = None,
+            out_path: Path | None = None) -> tuple[list[Episode], dict[str, float]]:  # fmt: skip
+        from agentrl.rollout.runner import RunStats, run_episodes
+
+        runner_config = dataclasses.replace(self.runner_config, group_size=group_size)
+        if temperature is not None:
+            runner_config = dataclasses.replace(
+                runner_config, agent=dataclasses.replace(runner_config.agent, temperature=temperature)
+            )
+        stats = RunStats()
+        episodes = run_episodes(
+            self.make_env, tasks, self.generator, self.tokenizer, runner_config,
+            seed=seed, policy_version=version, stats=stats, out_path=out_path,
+        )  # fmt: skip
+        return episodes, stats.as_metrics()
+
+    def demonstrations(self, count: int, oracle: str, seed: int) -> list[Episode]:
+        from agentrl.rollout.runner import run_oracle_episodes
+        from agentrl.train.sft import load_oracle
+
+        oracle_cls = load_oracle(oracle)
+        tasks = random.Random(seed).sample(self.train_tasks, min(count, len(self.train_tasks)))
+        return run_oracle_episodes(
+            self.make_env, tasks, oracle_cls, self.tokenizer, self.runner_config, group_size=1, seed=seed
+        )
+
+
+def success(episodes: list[Episode]) -> float:
+    """Held-out success: mean outcome reward (exact match for the search env); failures count 0."""
+    return float(np.mean([ep.outcome for ep in episodes])) if episodes else 0.0
+
+
+def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
+    done = [ep for ep in episodes if not ep.failed]
+    if not done:
+        return {}
+    return {
+        "env/reward": float(np.mean([ep.outcome for ep in done])),
+        "env/turns": float(np.mean([ep.num_turns for ep in done])),
+        "env/truncated": float(np.mean([ep.truncated for ep in done])),
+        "env/void_turns": float(np.mean([sum(t.void for t in ep.turns) for ep in done])),
+        "perf/generate_s_sum": float(sum(ep.timings.get("generate_s", 0.0) for ep in done)),
+        "perf/env_s_sum": float(sum(ep.timings.get("env_s", 0.0) for ep in done)),
+        "rollout/generated_tokens": float(sum(ep.timings.get("generated_tokens", 0.0) for ep in done)),
+    }
+
+
+# --------------------------------------------------------------------------- the loop
+def train(config: RunConfig) -> dict[str, Any]:
+    """Run a whole training job; returns a summary (success before/after, steps, out_dir)."""
+    from agentrl.rollout.generators.base import make_generator
+    from agentrl.rollout.model import load_model
+
+    train_cfg, algo = config.train, config.algo
+    if train_cfg.num_threads > 0:
+        torch.set_num_threads(train_cfg.num_threads)
+    random.seed(train_cfg.seed)
+    np.random.seed(train_cfg.seed)
+    torch.manual_seed(train_cfg.seed)
+    out_dir = Path(train_cfg.out_dir)
+    resume_from = latest_checkpoint(out_dir) if train_cfg.resume else None
+
+    # model, policy (LoRA, critic), generator over the live model, env tasks
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_model(
+        config.model.name, dtype=config.model.dtype, adapter=config.model.adapter, device=device
+    )
+    policy = build_policy(model, config)
+    if algo.kl_coef > 0:
+        policy.prepare_reference()
+    pad_id = int(tokenizer.pad_token_id)
+    if config.rollout.backend == "hf":
+        generator = make_generator("hf", model=policy.model, tokenizer=tokenizer, seed=train_cfg.seed)
+    else:
+        generator = make_generator(
+            config.rollout.backend, model_name=config.model.name, dtype=config.model.dtype,
+            base_url=config.rollout.base_url,
+        )  # fmt: skip
+    rollouts = Rollouts(config, generator, tokenizer)
+    rank0 = world()[0] == 0
+    logger = MetricsLogger(out_dir, enabled=rank0, wandb=train_cfg.wandb, run_config=to_dict(config),
+                           resume=resume_from is not None)  # fmt: skip
+    evaluate = _evaluator(config, rollouts, policy, logger)
+
+    # supervised warm-up on oracle demonstrations (fresh runs only: a checkpoint already has it)
+    if resume_from is None and train_cfg.sft_warmup_steps > 0:
+        from agentrl.train.sft import sft_warmup
+
+        t0 = time.perf_counter()
+        demos = rollouts.demonstrations(train_cfg.sft_demos, train_cfg.oracle, train_cfg.seed)
+        logger.console.print(f"warm-up: {sum(not d.failed and d.outcome > 0 for d in demos)} demonstrations")
+        losses = sft_warmup(policy, demos, steps=train_cfg.sft_warmup_steps, lr=train_cfg.sft_lr,
+                            batch_size=train_cfg.sft_batch_size, micro_batch_size=train_cfg.micro_batch_size,
+                            seed=train_cfg.seed, pad_id=pad_id, max_grad_norm=train_cfg.max_grad_norm)  # fmt: skip
+        logger.log(0, {"sft/loss_first": losses[0], "sft/loss_last": losses[-1],
+                       "perf/sft_s": time.perf_counter() - t0}, echo=("sft/loss_first", "sft/loss_last"))  # fmt: skip
+
+    engine = make_engine(policy, config)
+    ig_scorer = GoldAnswerScorer(
+        learner_score_mean(engine, train_cfg.micro_batch_size, pad_id), tokenizer, algo.ig_template
+    )  # runs only if the advantage estimator reads gt_logprob
+    sampler = TaskSampler(len(rollouts.train_tasks), train_cfg.seed)
+    start_step, state = 0, {"history": {}}
+    if resume_from is not None:
+        start_step, state = load_checkpoint(resume_from, engine)
+        sampler = TaskSampler(len(rollouts.train_tasks), train_cfg.seed, **state["sampler"])
+        _restore_generator_rng(generator, state.get("generator_rng"))
+        logger.truncate(start_step)
+        logger.console.print(f"resumed from {resume_from} (step {start_step})")
+    if "success_before" not in state:
+        state["success_before"] = evaluate(0)
+
+    for step in range(start_step, train_cfg.steps):
+        t_step = time.perf_counter()
+        # 1. rollouts: tasks_per_step tasks x group_size samples (this rank's share)
+        rank, world_size = world()
+        picked = sampler.next(config.rollout.tasks_per_step * world_size)[rank::world_size]
+        policy.eval()
+        t0 = time.perf_counter()
+        episodes, rollout_stats = rollouts.run(
+            [rollouts.train_tasks[i] for i in picked], seed=train_cfg.seed * 100_003 + step, version=step,
+            group_size=config.rollout.group_size,
+        )  # fmt: skip
+        rollout_s = time.perf_counter() - t0
+        metrics = {**episode_metrics(episodes), **rollout_stats, "perf/rollout_s": rollout_s}
+        kept, filter_stats = filter_episodes(episodes, config)
+        metrics |= filter_stats
+        if kept:
+            # 2. behaviour (+ reference) log-probs, advantages; 3. PPO epochs
+            policy.train()
+            t0 = time.perf_counter()
+            tokens = build_batch(kept, pad_id=pad_id)
+            old = LazyScores(lambda tokens=tokens: score_tokens(engine, tokens, train_cfg.micro_batch_size))
+            ref = (
+                score_tokens(engine, tokens, train_cfg.micro_batch_size, reference=True)["logp"]
+                if algo.kl_coef > 0
+                else None
+            )
+            data = StepData(episodes=kept, tokens=tokens, old=old, config=config, ig_scorer=ig_scorer)
+            adv, returns, batch = compute_advantages(data)
+            scoring_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            update = ppo_update(engine, data, batch, adv, returns, ref, rng=torch.Generator().manual_seed(train_cfg.seed * 7919 + step))  # fmt: skip
+            learner_s = time.perf_counter() - t0
+            trained_tokens = float(tokens.loss_mask.sum()) * train_cfg.ppo_epochs  # tokens with a loss
+            seq_tokens = float(tokens.attention_mask.sum()) * train_cfg.ppo_epochs  # tokens forwarded
+            metrics |= {f"loss/{k}": v for k, v in update.items()}
+            metrics |= {"perf/scoring_s": scoring_s, "perf/learner_s": learner_s,
+                        "perf/train_tokens_per_s": trained_tokens / max(learner_s, 1e-9),
+                        "perf/seq_tokens_per_s": seq_tokens / max(learner_s, 1e-9),
+                        "rollout/advantage_abs": float(adv.abs().sum() / tokens.loss_mask.sum().clamp_min(1))}  # fmt: skip
+            # 4. weights to the generator
+            sync_generator(engine, generator)
+        metrics["perf/step_s"] = time.perf_counter() - t_step
+        if train_cfg.eval_every and (step + 1) % train_cfg.eval_every == 0 and step + 1 < train_cfg.steps:
+            metrics["eval/success"] = evaluate(step + 1)
+        logger.log(
+            step + 1, metrics, echo=("env/reward", "loss/loss", "loss/entropy", "perf/step_s", "eval/success")
+        )
+        if (train_cfg.save_every and (step + 1) % train_cfg.save_every == 0) or step + 1 == train_cfg.steps:
+            state |= {"sampler": sampler.state(), "generator_rng": _generator_rng(generator)}
+            save_checkpoint(out_dir, step + 1, engine, state)
+
+    success_after = evaluate(train_cfg.steps)
+    summary = {"success_before": state["success_before"], "success_after": success_after,
+               "steps": train_cfg.steps, "out_dir": str(out_dir), "eval_episodes": len(rollouts.eval_tasks[: train_cfg.eval_episodes])}  # fmt: skip
+    logger.table("held-out success", [(f"{summary['success_before']:.3f}", f"{success_after:.3f}",
+                 str(summary["eval_episodes"]))], ("before RL", "after RL", "episodes"))  # fmt: skip
+    logger.plot(("env/reward", "eval/success", "loss/loss", "loss/entropy"))
+    logger.close()
+    if rank0:
+        (out_dir / "summary.json").write_text(__import__("json").dumps(summary, indent=2))
+    return summary
+
+
+def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: MetricsLogger):
+    """``evaluate(step) -> success`` on the first ``eval_episodes`` held-out tasks (same ones every time)."""
+    tasks = rollouts.eval_tasks[: config.train.eval_episodes]
+
+    def evaluate(step: int) -> float:
+        policy.eval()
+        episodes, _ = rollouts.run(tasks, seed=10_000_019, version=step, group_size=1,
+                                   temperature=config.train.eval_temperature)  # fmt: skip
+        value = success(episodes)
+        logger.log(step, {"eval/success": value, "eval/failed": float(sum(ep.failed for ep in episodes))},
+                   echo=("eval/success",))  # fmt: skip
+        return value
+
+    return evaluate
+
+
+def _generator_rng(generator: Any) -> Any:
+    # HFGenerator keeps a private torch.Generator for sampling; saved so a resumed run samples alike
+    rng = getattr(generator, "_rng", None)
+    return rng.get_state() if isinstance(rng, torch.Generator) else None
+
+
+def _restore_generator_rng(generator: Any, state: Any) -> None:
+    rng = getattr(generator, "_rng", None)
+    if state is not None and isinstance(rng, torch.Generator):
+        rng.set_state(state)
+
+
+def main(config_path: str | None, overrides: list[str] | None = None) -> int:
+    """``agentrl train CONFIG [overrides]``: 0 on success, 2 on a bad config, 1 on a run error."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    try:
+        config = load_config(config_path, list(overrides or []))
+    except ConfigError as exc:
+        console.print(f"[red]config error:[/red] {exc}")
+        return 2
+    try:
+        summary = train(config)
+    except AgentRLError as exc:
+        console.print(f"[red]training failed:[/red] {exc}")
+        return 1
+    if world()[0] == 0:
+        print(
+            f"held-out success before RL: {summary['success_before']:.3f}  after RL: {summary['success_after']:.3f}"
+        )
+    return 0
+
+
+__all__ = ["TaskSampler", "filter_episodes", "main", "train"]

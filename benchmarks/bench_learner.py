@@ -1,0 +1,164 @@
+"""Learner benchmarks: log-prob + entropy memory/time, quickstart training tokens/s and step split.
+
+    python benchmarks/bench_learner.py [--quick] [--json PATH] [--skip-train]
+
+1. Log-prob + entropy of the taken token from ``[T, H]`` hidden states and a ``[V, H]`` LM head,
+   forward + backward, for V = 49,152 (SmolLM2, H = 576) and V = 151,936 (Qwen2.5, H = 896, the
+   0.5B model's hidden size), T = 4,096 (``--quick``: T = 1,024): naive (full logits) vs chunked
+   (CPU and GPU) vs the fused Triton kernel (GPU only; reported as "needs CUDA" elsewhere). Each
+   case runs in a fresh subprocess; peak memory is the process's peak RSS growth on CPU and
+   ``torch.cuda.max_memory_allocated`` growth on GPU.
+2. A short quickstart run (SmolLM2-135M, search env, no warm-up): training tokens/s of the PPO
+   update and the wall-time split of a step (generation+env / scoring / learner), read from the
+   run's metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CASES = ((49_152, 576), (151_936, 896))
+
+
+def _one_case(impl: str, vocab: int, hidden: int, tokens: int, device: str) -> dict[str, float]:
+    """Runs inside a subprocess: time and peak memory of forward + backward."""
+    import resource
+
+    import torch
+
+    from agentrl.kernels import token_logprobs_entropy
+
+    torch.manual_seed(0)
+    h = torch.randn(tokens, hidden, device=device).requires_grad_()
+    w = (torch.randn(vocab, hidden, device=device) / hidden**0.5).requires_grad_()
+    targets = torch.randint(0, vocab, (tokens,), device=device)
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    times = []
+    for _ in range(2 if device == "cuda" else 1):  # GPU: first run compiles/warms up
+        t0 = time.perf_counter()
+        logp, ent = token_logprobs_entropy(h, w, targets, impl=impl)
+        (logp.sum() + 0.1 * ent.sum()).backward()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        h.grad = w.grad = None
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated() - base
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+    return {"seconds": times[-1], "peak_mib": peak / 2**20}
+
+
+def kernel_table(tokens: int, device: str) -> list[dict[str, object]]:
+    rows = []
+    for vocab, hidden in CASES:
+        for impl in ("naive", "chunked", "triton"):
+            row: dict[str, object] = {"V": vocab, "H": hidden, "T": tokens, "impl": impl, "device": device}
+            if impl == "triton" and device != "cuda":
+                row.update(seconds=None, peak_mib=None, note="needs CUDA (GPU only)")
+                rows.append(row)
+                continue
+            code = (
+                "import json, sys; sys.path.insert(0, 'benchmarks'); from bench_learner import _one_case; "
+                f"print(json.dumps(_one_case({impl!r}, {vocab}, {hidden}, {tokens}, {device!r})))"
+            )
+            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800)
+            if proc.returncode != 0:
+                row.update(
+                    seconds=None, peak_mib=None, note=f"failed: {proc.stderr.strip().splitlines()[-1:]}"
+                )
+            else:
+                row.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+            rows.append(row)
+    return rows
+
+
+def train_table(quick: bool) -> dict[str, float]:
+    """A short quickstart run without warm-up; returns mean per-step perf metrics."""
+    from agentrl.train.trainer import main
+
+    out = Path(tempfile.mkdtemp(prefix="bench-train-"))
+    steps = 1 if quick else 2
+    overrides = [
+        f"train.steps={steps}", "train.sft_warmup_steps=0", "train.eval_episodes=0", "train.resume=false",
+        f"train.out_dir={out}", "rollout.tasks_per_step=2", "rollout.group_size=4", "train.minibatch_size=8",
+    ]  # fmt: skip
+    t0 = time.perf_counter()
+    code = main("configs/quickstart.yaml", overrides)
+    wall = time.perf_counter() - t0
+    if code != 0:
+        raise SystemExit(f"quickstart run failed with exit code {code}")
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    steps_rec = [r for r in records if "perf/step_s" in r]
+    keys = ("perf/step_s", "perf/rollout_s", "perf/scoring_s", "perf/learner_s", "perf/train_tokens_per_s",
+            "perf/seq_tokens_per_s", "perf/generate_s_sum", "perf/env_s_sum", "rollout/generated_tokens")  # fmt: skip
+    mean = {k: sum(r.get(k, 0.0) for r in steps_rec) / max(len(steps_rec), 1) for k in keys}
+    mean["wall_s"] = wall
+    mean["steps"] = float(len(steps_rec))
+    return mean
+
+
+def _fmt(value: object, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="T=1024 and a 1-step training run")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--skip-train", action="store_true", help="only the log-prob kernels")
+    args = parser.parse_args()
+    os.chdir(Path(__file__).resolve().parents[1])
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokens = 1024 if args.quick else 4096
+    results: dict[str, object] = {"device": device, "threads": torch.get_num_threads()}
+
+    kernels = kernel_table(tokens, device)
+    results["logprob_entropy"] = kernels
+    print(f"\nlog-prob + entropy, forward + backward ({device}, {torch.get_num_threads()} threads)")
+    print(f"{'V':>8} {'H':>5} {'T':>6} {'impl':>8} {'seconds':>9} {'peak MiB':>10}  note")
+    for row in kernels:
+        print(f"{row['V']:>8} {row['H']:>5} {row['T']:>6} {row['impl']:>8} {_fmt(row['seconds']):>9} "
+              f"{_fmt(row['peak_mib'], 0):>10}  {row.get('note', '')}")  # fmt: skip
+
+    if not args.skip_train:
+        perf = train_table(args.quick)
+        results["quickstart_step"] = perf
+        step = perf["perf/step_s"] or 1.0
+        print(
+            f"\nquickstart step (SmolLM2-135M, search env, 2 tasks x 4 samples; mean of {perf['steps']:.0f} steps)"
+        )
+        print(f"{'part':<28} {'seconds':>9} {'share':>7}")
+        for name, key in (("rollout (generation + env)", "perf/rollout_s"), ("scoring (old/ref/IG passes)", "perf/scoring_s"),
+                          ("learner (PPO update)", "perf/learner_s")):  # fmt: skip
+            print(f"{name:<28} {perf[key]:>9.2f} {perf[key] / step:>7.1%}")
+        print(f"{'whole step':<28} {step:>9.2f}")
+        gen, env = perf["perf/generate_s_sum"], perf["perf/env_s_sum"]
+        print(f"inside rollouts (summed over concurrent episodes): generation {gen:.1f} s, env/tools {env:.2f} s "
+              f"({env / max(gen + env, 1e-9):.1%} env)")  # fmt: skip
+        print(
+            f"training tokens/s: {perf['perf/train_tokens_per_s']:.1f} trained (loss) tokens, "
+            f"{perf['perf/seq_tokens_per_s']:.1f} sequence tokens (forward + backward)"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
