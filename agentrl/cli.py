@@ -163,11 +163,12 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000, help="Port."),
     adapter: str | None = typer.Option(None, help="LoRA adapter / checkpoint to load."),
+    dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16."),
 ) -> None:
     """Serve a model behind an OpenAI-compatible HTTP API (completions and chat)."""
     from agentrl.rollout.server import serve as run_server
 
-    run_server(model=model, host=host, port=port, adapter=adapter)
+    run_server(model=model, host=host, port=port, adapter=adapter, dtype=dtype)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
