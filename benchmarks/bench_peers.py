@@ -225,6 +225,11 @@ def python_rows(peers: Peers, quick: bool) -> list[Row]:
         got = [o.strip() for o in theirs[key]["outputs"]]
         bad = [o for o, w in zip(got, expected, strict=True) if o != w]
         note = "" if not bad else f"{len(bad)}/{len(got)} snippets gave other output: {bad[0][:90]!r}"
+        if bad and key == "gem_bwrap" and "execvp python" in bad[0]:
+            note += (
+                " (GEM's bwrap mode binds only sys.prefix, /lib* and /usr/lib; a standard venv's python is a "
+                "symlink to an interpreter outside them)"
+            )
         value = None if len(bad) == len(got) else ms(median(theirs[key]["call_s"]))  # no time for a failure
         rows.append(Row(f"{label}: {name}", value, "ms", *base, note=note))  # type: ignore[arg-type]
     return rows
