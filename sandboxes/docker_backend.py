@@ -188,6 +188,7 @@ class DockerSandbox(AgentSandbox):
 
     def _loss_reason(self) -> str:
         import docker.errors
+        import requests.exceptions
 
         if self.container_id is None:
             return "the container was never created"
@@ -195,7 +196,8 @@ class DockerSandbox(AgentSandbox):
             state = docker_client().api.inspect_container(self.container_id)["State"]
         except docker.errors.NotFound:
             return "the container was removed from outside"
-        except docker.errors.APIError as exc:
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            # APIError, or the daemon itself is down (connection refused): the box is lost either way
             return f"the Docker engine did not answer ({exc})"
         if state.get("Running"):
             return "the container's agent stream broke while the container still runs"
@@ -204,6 +206,7 @@ class DockerSandbox(AgentSandbox):
 
     def _destroy(self) -> None:
         import docker.errors
+        import requests.exceptions
 
         if self.container_id is None:
             return
@@ -215,6 +218,8 @@ class DockerSandbox(AgentSandbox):
         except docker.errors.APIError as exc:
             if exc.status_code != 409:  # 409: auto-remove is already removing it
                 raise SandboxError(f"could not remove sandbox container {container_id[:12]}: {exc}") from exc
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise SandboxError(f"the Docker engine did not answer while removing {container_id[:12]}: {exc}") from exc
 
 
 def one_shot_container(argv: list[str], image: str | None = None, memory_mb: int = 512) -> bytes:
