@@ -185,12 +185,7 @@ class TextEnv(gym.Env[str, str]):
         if self._done:
             raise EnvError("the episode is over; call reset() to start a new one")
         self._turn += 1
-        parsed = parse_action(
-            action,
-            {name: t.param_names for name, t in self._tools.items()},
-            react=self.react_actions,
-            final_answer_prefix=self.final_answer_prefix,
-        )
+        parsed = self.parse(action)
         self._transcript.append(("action", action))
         info: dict[str, Any] = {"turn": self._turn, "tool_calls": [], "void_turn": parsed.is_void}
         if parsed.problems:
@@ -220,6 +215,15 @@ class TextEnv(gym.Env[str, str]):
         if done is not None:
             return self._finish(done.answer, info, obs=obs)
         return obs, self.step_reward(parsed, outcomes), False, False, info
+
+    def parse(self, action: str) -> ParsedAction:
+        """Turn the model's text into tool calls / an answer. Override to accept more formats."""
+        return parse_action(
+            action,
+            {name: t.param_names for name, t in self._tools.items()},
+            react=self.react_actions,
+            final_answer_prefix=self.final_answer_prefix,
+        )
 
     def step_reward(self, parsed: ParsedAction, outcomes: list[ToolOutcome]) -> float:
         """Reward of a non-final turn (0 by default: the outcome reward comes at the end)."""

@@ -26,7 +26,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from agentrl.actions import parse_action
+from agentrl.actions import ParsedAction, ToolCall
 from agentrl.env import Score, Task, TextEnv
 from agentrl.envs.code.generator import KINDS, generate, to_record
 from agentrl.envs.code.scoring import is_correct, last_boxed
@@ -158,26 +158,21 @@ class CodeEnv(TextEnv):
         return [tool]
 
     # ----------------------------------------------------------------- steps
-    def normalize_action(self, action: str) -> str:
-        """Read ``\\boxed{}`` and fenced python blocks in turns that have no tool call or answer."""
-        if "<answer>" in action:
-            return action
-        parsed = parse_action(
-            action, {n: t.param_names for n, t in self._tools.items()}, react=self.react_actions
-        )
-        if parsed.tool_calls:
-            return action
+    def parse(self, action: str) -> ParsedAction:
+        """Also read ``\\boxed{}`` and fenced python blocks in turns that have no tool call or answer."""
+        parsed = super().parse(action)
+        if parsed.tool_calls or parsed.answer is not None or "<answer>" in action:
+            return parsed
         blocks = CODE_BLOCK_RE.findall(action) if self.code_blocks else []
         if blocks:
-            call = json.dumps({"name": "python", "arguments": {"code": blocks[-1]}})
-            return f"{action}\n<tool_call>{call}</tool_call>"
+            return ParsedAction(text=action, tool_calls=(ToolCall("python", {"code": blocks[-1]}, "fenced"),))
         boxed = last_boxed(action)
         if boxed is not None:
-            return f"{action}\n<answer>{boxed}</answer>"
-        return action
+            return ParsedAction(text=action, answer=boxed)
+        return parsed
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = super().step(self.normalize_action(action))
+        obs, reward, terminated, truncated, info = super().step(action)
         if info.get("void_turn") and self.void_turn_policy == "end" and not terminated:
             reward, final = self.final_info(None)
             info.update(final)
