@@ -37,7 +37,7 @@ def _get(batch: Batch, name: str) -> Tensor | None:
 def _field(batch: Batch, name: str, who: str) -> Tensor:
     value = _get(batch, name)
     if value is None:
-        have = ", ".join(sorted(k for k, v in batch.items() if v is not None)) or "(empty)"
+        have = ", ".join(sorted(batch)) or "(empty)"  # keys only: a lazy batch builds nothing here
         alias = f" (or '{ALIASES[name]}')" if name in ALIASES else ""
         raise KeyError(f"{who} needs batch field '{name}'{alias}; the batch has: {have}")
     return value
