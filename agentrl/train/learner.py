@@ -36,6 +36,14 @@ class PolicyOutput:
     values: Tensor | None = None
 
 
+def shared_prefix_length(input_ids: Tensor, attention_mask: Tensor) -> int:
+    """Length of the token prefix every row shares (all real tokens), leaving each row >= 1 more token."""
+    same = (input_ids == input_ids[:1]).all(dim=0) & attention_mask.bool().all(dim=0)  # [L]
+    if same.all():
+        return max(0, input_ids.shape[1] - 1)
+    return int(same.long().argmin())
+
+
 def is_peft(model: nn.Module) -> bool:
     """True for a PEFT-wrapped model (LoRA adapters)."""
     return hasattr(model, "disable_adapter") and hasattr(model, "get_base_model")
@@ -85,10 +93,37 @@ class Policy(nn.Module):
     def uses_lora(self) -> bool:
         return is_peft(self.model)
 
+    #: A shared prefix shorter than this is not worth a separate pass.
+    min_shared_prefix: int = 32
+
     def hidden_states(self, model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        """Final (normed) hidden states ``[B, L, H]`` of ``model``'s decoder."""
-        out = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-        return out.last_hidden_state
+        """Final (normed) hidden states ``[B, L, H]`` of ``model``'s decoder.
+
+        Rows of one batch usually start with the same system prompt and tool list. That common
+        prefix runs once (batch 1) and its key/value cache is repeated for every row; gradients
+        flow back through the repeat, so the result is the same as the plain batched pass.
+        """
+        decoder = model.get_decoder()
+        prefix = shared_prefix_length(input_ids, attention_mask)
+        if prefix < self.min_shared_prefix or input_ids.shape[0] == 1:
+            out = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+            return out.last_hidden_state
+        from transformers import DynamicCache
+
+        batch, length = input_ids.shape
+        cache = DynamicCache()
+        head = decoder(input_ids=input_ids[:1, :prefix], past_key_values=cache, use_cache=True)
+        cache.batch_repeat_interleave(batch)
+        positions = torch.arange(prefix, length, device=input_ids.device)
+        tail = decoder(
+            input_ids=input_ids[:, prefix:],
+            attention_mask=attention_mask,
+            past_key_values=cache,
+            position_ids=positions[None, :].expand(batch, -1),
+            cache_position=positions,
+            use_cache=True,
+        )
+        return torch.cat([head.last_hidden_state.expand(batch, -1, -1), tail.last_hidden_state], dim=1)
 
     def _outputs(
         self, lm: nn.Module, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, *, values: bool

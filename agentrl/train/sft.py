@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from agentrl.errors import ConfigError
 from agentrl.train.learner import Policy
 from agentrl.trajectory import Episode, build_batch
 
@@ -39,7 +40,11 @@ def sft_warmup(policy: Policy, demos: Sequence[Episode], *, steps: int, lr: floa
     """
     usable = [ep for ep in demos if not ep.failed and ep.outcome > 0]
     if not usable:
-        raise RuntimeError("no successful demonstrations to warm up on; check the oracle and env")
+        raise ConfigError(
+            "train.oracle",
+            f"none of the {len(demos)} oracle demonstrations succeeded",
+            "check the oracle against the env, and that env.max_turns leaves room for its answer turn",
+        )
     params = policy.trainable_parameters()
     optimizer = torch.optim.AdamW(params, lr=lr)
     rng = random.Random(seed)

@@ -148,9 +148,12 @@ class Rollouts:
 
         oracle_cls = load_oracle(oracle)
         tasks = random.Random(seed).sample(self.train_tasks, min(count, len(self.train_tasks)))
-        return run_oracle_episodes(
-            self.make_env, tasks, oracle_cls, self.tokenizer, self.runner_config, group_size=1, seed=seed
+        # the oracle's text is not sampled, so the per-turn token budget must not cut it
+        agent = dataclasses.replace(
+            self.runner_config.agent, max_new_tokens=max(self.runner_config.agent.max_new_tokens, 512)
         )
+        config = dataclasses.replace(self.runner_config, agent=agent, group_size=1)
+        return run_oracle_episodes(self.make_env, tasks, oracle_cls, self.tokenizer, config, seed=seed)
 
 
 def success(episodes: list[Episode]) -> float:

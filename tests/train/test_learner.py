@@ -145,3 +145,30 @@ def test_gae_without_critic_names_the_fix():
     step = step_data(engine, episodes(), cfg)
     with pytest.raises(ConfigError, match="algo.critic"):
         compute_advantages(step)
+
+
+def test_shared_prefix_pass_equals_plain_pass():
+    """Rows with a common system prompt: the prefix-once path gives the same values and gradients."""
+    from agentrl.train.learner import shared_prefix_length
+
+    eps = episodes(n_groups=2, group_size=3, seed=4)
+    common = list(range(1, 41))  # a 40-token "system prompt" shared by every row
+    for ep in eps:
+        ep.segments[0].prompt_ids = common + ep.segments[0].prompt_ids
+    tokens = build_batch(eps)
+    assert shared_prefix_length(tokens.input_ids, tokens.attention_mask) >= 40
+    results = []
+    for min_prefix in (10**9, 32):
+        torch.manual_seed(0)  # the value head is initialised from the global RNG
+        policy = Policy(tiny_lm(seed=2), critic=True)
+        policy.min_shared_prefix = min_prefix
+        out = policy(tokens.input_ids, tokens.attention_mask, tokens.loss_mask)
+        (out.logp.sum() + out.entropy.sum() + out.values.sum()).backward()
+        results.append(
+            (out.logp.detach(), out.entropy.detach(), [p.grad.clone() for p in policy.parameters()])
+        )
+    (lp_a, ent_a, g_a), (lp_b, ent_b, g_b) = results
+    torch.testing.assert_close(lp_b, lp_a, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent_b, ent_a, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g_a, g_b, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
