@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 import common  # noqa: E402
 from common import median, parser, write_json  # noqa: E402
@@ -113,7 +112,7 @@ def search_rows(peers: Peers, quick: bool) -> list[Row]:
                 ours_s.append(time.perf_counter() - start)
         env.close()
         spec = {"url": url, "topk": topk, "episodes": episodes, "repeat": repeat}
-        theirs = peers.run("search", spec) if not peers.problem else peers.problem
+        theirs = peers.run("search", spec)
     finally:
         server.should_exit = True
     base = ("retrieval POST alone (same server)", ms(median(post_s)))
@@ -210,9 +209,7 @@ def python_rows(peers: Peers, quick: bool) -> list[Row]:
             Row(f"{label}: agentrl {where}, warm PythonSession", sess_ms, "ms", *base, note=sess_note)
         )
         rows.append(Row(f"{label}: agentrl {where}, exec", exec_ms, "ms", *base, note=exec_note))
-    theirs = (
-        peers.run("python", {"snippets": SNIPPETS, "repeat": repeat}) if not peers.problem else peers.problem
-    )
+    theirs = peers.run("python", {"snippets": SNIPPETS, "repeat": repeat})
     for key, dist, name in (
         ("gem_none", "gem-llm", "GEM PythonCodeTool sandbox=none"),
         ("gem_bwrap", "gem-llm", "GEM PythonCodeTool sandbox=bwrap"),
