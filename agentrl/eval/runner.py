@@ -67,6 +67,7 @@ def stratified_sample(
     for index, task in enumerate(tasks):
         groups.setdefault(label(task), []).append(index)
     queues = [rng.sample(indices, len(indices)) for _, indices in sorted(groups.items())]
+    rng.shuffle(queues)  # which subsets get the remainder is seeded too, not alphabetical
     keep: list[int] = []
     while len(keep) < limit:
         for queue in queues:
