@@ -38,7 +38,7 @@ class LocalGaiaEnv(GaiaBaseEnv):
         python: offer the sandboxed ``python`` tool.
         sandbox_backend: ``auto``, ``docker`` or ``bwrap`` for the python tool.
         python_timeout_s: time limit of one python call.
-        levels: keep only these levels (e.g. ``[1]``).
+        levels: keep only these levels (``2`` or ``[1, 2]``; suite option ``local-gaia:levels=2``).
     """
 
     def __init__(
@@ -53,11 +53,13 @@ class LocalGaiaEnv(GaiaBaseEnv):
         python: bool = True,
         sandbox_backend: str = "auto",
         python_timeout_s: float = 10.0,
-        levels: Sequence[int] | None = None,
+        levels: int | Sequence[int] | None = None,
     ):
         super().__init__(split=split, render_mode=render_mode)
         if retriever not in ("bm25", "dense"):
             raise ConfigError("retriever", f"unknown retriever {retriever!r}", "use 'bm25' or 'dense'")
+        if isinstance(levels, int):
+            levels = [levels]
         if levels is not None and not set(levels) <= {1, 2, 3}:
             raise ConfigError(
                 "levels", f"levels must be among 1, 2, 3; got {list(levels)}", "e.g. levels=[1, 2]"
