@@ -17,9 +17,8 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from agentrl.tools.base import Tool, tool
-
 from agentrl.errors import ToolError
+from agentrl.tools.base import Tool, tool
 
 PAGE_CHARS = 6000  # one read_file page; the env's observation budget cuts beyond its own limit
 MAX_TABLE_ROWS = 500  # rows per table/sheet rendered before "... N more rows"
