@@ -91,3 +91,23 @@ def test_quickstart_smollm2_trains_end_to_end(tmp_path):
     assert all("loss/loss" in r and r["perf/learner_s"] > 0 for r in steps)
     assert (out / "curve.png").stat().st_size > 1000
     assert (out / "checkpoints" / "latest").read_text() == "step-000002"
+
+
+def test_filters_drop_void_turn_trajectories_and_equal_groups():
+    from train_helpers import config, episodes
+
+    from agentrl.train.trainer import filter_episodes
+
+    eps = episodes(n_groups=3, group_size=3, seed=1)
+    for ep, outcome in zip(eps, [1, 1, 1, 1, 0, 0, 1, 0, 1], strict=True):
+        ep.outcome = float(outcome)
+        for turn in ep.turns:
+            turn.void = False
+    eps[5].turns[0].void = True  # g1 keeps [1, 0] after the void trajectory goes (SimpleTIR)
+    eps[7].error = "boom"  # g2 keeps [1, 1] after the failed one goes: all equal -> dropped (DAPO)
+    cfg = config("algo.dynamic_sampling=true", "algo.drop_void_turns=true", "rollout.group_size=3")
+    kept, stats = filter_episodes(eps, cfg)
+    assert [ep.episode_id for ep in kept] == [eps[3].episode_id, eps[4].episode_id]
+    assert stats["rollout/failed"] == 1 and stats["rollout/void_dropped"] == 1
+    kept, _ = filter_episodes(eps, config())  # filters off: only the failed episode goes
+    assert len(kept) == 8
