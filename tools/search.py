@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from agentrl.tools.base import Tool
 
 from agentrl.errors import ConfigError, ToolError
+from agentrl.tools.base import Tool
 
 
 @dataclass(frozen=True)
