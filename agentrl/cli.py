@@ -195,7 +195,7 @@ def evaluate(
         ..., help="Suite name: local-gaia, webshop, search-qa, search-qa-real, sql, math, ..."
     ),
     agent: str = typer.Option("oracle", help="oracle | random | model name/path | openai:URL[#model]."),
-    limit: int | None = typer.Option(None, help="At most this many tasks."),
+    limit: int | None = typer.Option(None, help="At most this many tasks per part (a seeded sample spread over subsets)."),
     concurrency: int = typer.Option(4, help="Episodes at once."),
     seed: int = typer.Option(0, help="Seed."),
     out: Path | None = typer.Option(None, help="Directory for records, metrics and the report."),
