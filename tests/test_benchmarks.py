@@ -81,9 +81,9 @@ def test_bench_quick_json(name: str, tmp_path: Path) -> None:
         f"{script.name} --quick failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     )
     data = json.loads(out.read_text())
-    assert data["quick"] is True
-    assert data["bench"], "the JSON names its bench"
-    assert check_rows(data) == []
+    assert check_rows(data) == [], "the JSON does not follow the shared format (INTERFACES.md)"
+    assert data.get("quick") is True, "the JSON says it was a quick run"
+    assert data.get("bench"), "the JSON names its bench"
     for row in data["rows"]:
         if row.get("ratio") is not None:
             assert math.isfinite(row["ratio"]), row
