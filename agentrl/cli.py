@@ -219,14 +219,13 @@ def evaluate(
 
 @app.command()
 def bench(quick: bool = typer.Option(False, help="Small sizes (what CI runs).")) -> None:
-    """Run every benchmark in benchmarks/ and print one table."""
-    import runpy
+    """Run every benchmark in benchmarks/ and print one table (writes benchmarks/results/latest.json)."""
+    import subprocess
 
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "run_all.py"
     if not script.exists():
         raise AgentRLError(f"{script} not found: run from a source checkout of agentrl")
-    sys.argv = [str(script)] + (["--quick"] if quick else [])
-    runpy.run_path(str(script), run_name="__main__")
+    raise typer.Exit(subprocess.call([sys.executable, str(script), *(["--quick"] if quick else [])]))
 
 
 def main() -> None:

@@ -9,15 +9,17 @@ request, HTML -> text). Memory is the server process's RSS with the 64 sessions 
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
+import sys
 import threading
 import time
-
-from agentrl.envs.web.oracle import WebShopOracle
+from pathlib import Path
 
 import agentrl
+from agentrl.envs.web.oracle import WebShopOracle
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import Row, parser, print_table, write_json  # noqa: E402
 
 
 def _drive(env, tasks, seconds: float, latencies: list[float], episodes: list[int], offset: int) -> None:
@@ -71,29 +73,29 @@ def run(concurrency: int, seconds: float) -> tuple[dict[str, float], list]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 s per setting instead of 10 s")
-    parser.add_argument("--json", help="also write the results to this file")
-    args = parser.parse_args()
+    args = parser(__doc__.splitlines()[0]).parse_args()
     seconds = 2.0 if args.quick else 10.0
-    rows = []
+    results = []
     for concurrency in (1, 8, 64):
         row, envs = run(concurrency, seconds)
-        rows.append(row)
+        results.append(row)
         for env in envs:
             env.close()
-    print(f"web env: oracle episodes, {seconds:.0f} s per setting, one shared local shop server")
-    print(
-        f"{'sessions':>8} {'steps':>7} {'episodes':>8} {'steps/s':>8} {'p50 ms':>7} {'p95 ms':>7} {'server RSS MB':>13}"
-    )
-    for row in rows:
-        print(
-            f"{row['sessions']:>8} {row['steps']:>7} {row['episodes']:>8} {row['steps_per_s']:>8.1f} "
-            f"{row['p50_ms']:>7.1f} {row['p95_ms']:>7.1f} {row['server_rss_mb']:>13.1f}"
-        )
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"benchmark": "web", "seconds_per_setting": seconds, "rows": rows}, handle, indent=2)
+    single = results[0]
+    rows = []
+    for r in results:
+        n = r["sessions"]
+        base = None if n == 1 else ("1 session", single)
+        rows += [
+            Row(f"web env steps/s, {n} sessions", r["steps_per_s"], "steps/s", base and base[0],
+                base and base[1]["steps_per_s"], note=f"{r['steps']} steps, {r['episodes']} oracle episodes"),
+            Row(f"web env step p50, {n} sessions", r["p50_ms"], "ms", base and base[0], base and base[1]["p50_ms"]),
+            Row(f"web env step p95, {n} sessions", r["p95_ms"], "ms", base and base[0], base and base[1]["p95_ms"]),
+            Row(f"shop server RSS, {n} sessions", r["server_rss_mb"], "MiB", base and base[0],
+                base and base[1]["server_rss_mb"]),
+        ]
+    print_table(rows, f"web env: oracle episodes, {seconds:.0f} s per setting, one shared local shop server")
+    write_json(args.json_path, "web", rows, args.quick)
 
 
 if __name__ == "__main__":

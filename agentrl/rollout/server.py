@@ -21,6 +21,7 @@ from typing import Any
 from agentrl.errors import ConfigError, GeneratorError
 from agentrl.rollout.batcher import Batcher
 from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams
+from agentrl.serving import listen_socket
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> Any:
@@ -212,10 +213,10 @@ class BackgroundServer:
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0):
         import uvicorn
 
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-        )
-        self.thread = threading.Thread(target=self.server.run, name="agentrl-serve", daemon=True)
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        sockets = [listen_socket(host, port)]
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": sockets}, name="agentrl-serve",
+                                       daemon=True)
         self.host = host
 
     def __enter__(self) -> BackgroundServer:
@@ -256,4 +257,4 @@ def serve(
     lm, tokenizer = load_model(model, dtype=dtype, adapter=adapter)
     app = build_app(HFGenerator(lm, tokenizer), tokenizer, model)
     print(f"agentrl serve: {model} on http://{host}:{port}/v1 (completions with token ids; chat completions)")
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    uvicorn.Server(uvicorn.Config(app, log_level="info", lifespan="on")).run(sockets=[listen_socket(host, port)])

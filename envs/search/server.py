@@ -11,12 +11,12 @@ remote rollout workers and is the real server the remote-retriever tests talk to
 from __future__ import annotations
 
 import argparse
-import socket
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from agentrl.serving import listen_socket
 from agentrl.tools.search import Retriever
 
 
@@ -75,9 +75,7 @@ def start_background(retriever: Retriever, host: str = "127.0.0.1", port: int = 
     """Serve ``retriever`` in a background thread (``port=0``: any free port); returns when ready."""
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    sock = listen_socket(host, port)
     bound_port = sock.getsockname()[1]
     config = uvicorn.Config(make_app(retriever), log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
@@ -94,6 +92,7 @@ def start_background(retriever: Retriever, host: str = "127.0.0.1", port: int = 
 def main(argv: list[str] | None = None) -> None:
     """Serve the fictional wiki (BM25 or dense) over HTTP."""
     import uvicorn
+
     from agentrl.envs.search.env import wiki_retriever
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -104,7 +103,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--retriever", choices=["bm25", "dense"], default="bm25")
     args = parser.parse_args(argv)
     retriever = wiki_retriever(args.wiki_seed, args.n_entities, args.retriever)
-    uvicorn.run(make_app(retriever), host=args.host, port=args.port, log_level="info")
+    config = uvicorn.Config(make_app(retriever), log_level="info", lifespan="off")
+    uvicorn.Server(config).run(sockets=[listen_socket(args.host, args.port)])
 
 
 if __name__ == "__main__":

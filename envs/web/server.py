@@ -26,7 +26,6 @@ import html
 import json
 import os
 import re
-import socket
 import sys
 import threading
 import time
@@ -38,12 +37,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 import bm25s
-from agentrl.envs.web.catalog import Catalog, Goal, Product
-from agentrl.envs.web.reward import reward_for_purchase
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
+
+from agentrl.envs.web.catalog import Catalog, Goal, Product
+from agentrl.envs.web.reward import reward_for_purchase
+from agentrl.serving import listen_socket
 
 RESULTS_PER_PAGE = 10
 MAX_RESULTS = 50
@@ -387,11 +388,7 @@ def main(argv: list[str] | None = None) -> None:
     data_dir = None if args.data_dir == "none" else args.data_dir
     catalog = Catalog(seed=args.seed, n_products=args.n_products, data_dir=data_dir)
     app = create_app(catalog)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
-    sock.bind((args.host, args.port))
-    sock.listen(1024)
+    sock = listen_socket(args.host, args.port)
     if args.watch_parent:
         threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     ready = {"port": sock.getsockname()[1], "pid": os.getpid(), "fingerprint": catalog.fingerprint}
