@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 CASES = ((49_152, 576), (151_936, 896))
 
@@ -169,7 +170,51 @@ def main() -> None:
             f"{perf['perf/seq_tokens_per_s']:.1f} sequence tokens (forward + backward)"
         )
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps(shared_format(results, args.quick), indent=2))
+
+
+def shared_format(results: dict[str, Any], quick: bool) -> dict[str, Any]:
+    """The benchmarks' shared JSON format (``rows`` of name/value/unit/baseline), details kept."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from common import Row, machine
+
+    rows: list[Row] = []
+    naive = {(r["V"], r["T"]): r for r in results["logprob_entropy"] if r["impl"] == "naive"}
+    for r in results["logprob_entropy"]:
+        base = naive.get((r["V"], r["T"])) if r["impl"] != "naive" else None
+        for key, unit in (("seconds", "s"), ("peak_mib", "MiB")):
+            has_base = base is not None and base.get(key) is not None and r.get(key) is not None
+            rows.append(
+                Row(
+                    name=f"logprob+entropy fwd+bwd {key} V={r['V']} H={r['H']} T={r['T']} {r['impl']} ({r['device']})",
+                    value=r.get(key),
+                    unit=unit,
+                    baseline=f"naive V={r['V']}" if has_base else None,
+                    baseline_value=base.get(key) if has_base else None,
+                    note=str(r.get("note", "")),
+                )
+            )
+    perf = results.get("quickstart_step")
+    if perf:
+        step = perf["perf/step_s"]
+        for name, key in (("rollout (generation + env)", "perf/rollout_s"), ("scoring passes", "perf/scoring_s"),
+                          ("learner (PPO update)", "perf/learner_s")):  # fmt: skip
+            rows.append(Row(f"quickstart step: {name}", perf[key], "s", "whole step", step))
+        rows.append(
+            Row("quickstart training tokens/s (loss tokens)", perf["perf/train_tokens_per_s"], "tok/s")
+        )
+        rows.append(
+            Row("quickstart training tokens/s (sequence tokens)", perf["perf/seq_tokens_per_s"], "tok/s")
+        )
+    from dataclasses import asdict
+
+    return {
+        "bench": "learner",
+        "machine": machine(),
+        "quick": quick,
+        "rows": [{**asdict(r), "ratio": r.ratio} for r in rows],
+        "details": results,
+    }
 
 
 if __name__ == "__main__":
