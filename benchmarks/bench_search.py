@@ -20,14 +20,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from common import Row, parser, print_table, write_json  # noqa: E402
+
+import agentrl
 from agentrl.envs.search.env import wiki_retriever
 from agentrl.envs.search.oracle import SearchOracle
 from agentrl.envs.search.questions import generate_questions
 from agentrl.envs.search.wiki import generate_wiki
 from agentrl.tools.search import Doc, Hit, Retriever
-from common import Row, parser, print_table, write_json  # noqa: E402
-
-import agentrl
 
 
 class TimedRetriever:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+from agentrl.env import Score, Task, TextEnv
 from agentrl.envs.search.questions import HOP_MIXES, generate_questions
 from agentrl.envs.search.wiki import generate_wiki
-from agentrl.tools.base import Tool
-from agentrl.tools.search import Doc, RemoteRetriever, Retriever, make_retriever, search_tools
-
-from agentrl.env import Score, Task, TextEnv
 from agentrl.errors import ConfigError, EnvError
 from agentrl.eval.scorers import qa_scores
+from agentrl.tools.base import Tool
+from agentrl.tools.search import Doc, RemoteRetriever, Retriever, make_retriever, search_tools
 
 RETRIEVER_URL_HELP = (
     "pass retriever_url='http://HOST:PORT/retrieve', the endpoint of a Search-R1-compatible retrieval "

@@ -13,9 +13,8 @@ import json
 import re
 from typing import Any, Protocol
 
-from agentrl.envs.search.wiki import RELATIONS
-
 from agentrl.env import Task
+from agentrl.envs.search.wiki import RELATIONS
 
 RESULT_RE = re.compile(r"^\[\d+\] (\S+) \| (.+)$", re.MULTILINE)
 # words that pull the page of an entity of this kind above pages that merely mention its name

@@ -15,13 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentrl.envs.search.env import TOOL_PROMPT, build_retriever, check_reward
-from agentrl.tools.base import Tool
-from agentrl.tools.search import RemoteRetriever, search_tools
-
 from agentrl.env import Score, Task, TextEnv
+from agentrl.envs.search.env import TOOL_PROMPT, build_retriever, check_reward
 from agentrl.errors import EnvError
 from agentrl.eval.scorers import qa_scores
+from agentrl.tools.base import Tool
+from agentrl.tools.search import RemoteRetriever, search_tools
 
 QA_FILES: dict[str, str] = {
     "nq": "nq.jsonl",

@@ -14,10 +14,10 @@ from html.parser import HTMLParser
 from typing import Any
 
 import httpx
-from agentrl.envs.web.manager import ShopServer
-from agentrl.tools.base import ToolResult
 
+from agentrl.envs.web.manager import ShopServer
 from agentrl.errors import EnvError
+from agentrl.tools.base import ToolResult
 
 MAX_KEYWORDS = 500
 RESTART_NOTICE = (

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from gymnasium.utils.env_checker import check_env
+
+import agentrl
 from agentrl.envs.search.env import wiki_retriever
 from agentrl.envs.search.oracle import tool_call
 from agentrl.envs.search.qa import QA_FILES, load_qa, qa_dir
 from agentrl.envs.search.server import start_background
-from gymnasium.utils.env_checker import check_env
-
-import agentrl
 from agentrl.errors import EnvError
 from agentrl.paths import shared_data_dir
 

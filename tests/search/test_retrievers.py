@@ -8,13 +8,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+
+import agentrl
 from agentrl.envs.search.env import wiki_retriever
 from agentrl.envs.search.oracle import run_oracle, tool_call
 from agentrl.envs.search.server import start_background
-from agentrl.tools.search import BM25Retriever, DenseRetriever, Doc, RemoteRetriever, search_tools
-
-import agentrl
 from agentrl.errors import ToolError
+from agentrl.tools.search import BM25Retriever, DenseRetriever, Doc, RemoteRetriever, search_tools
 
 DOCS = [
     Doc("a", "Brellis", "Brellis is a harbour city on the northern coast, famous for glassblowing."),

@@ -6,11 +6,11 @@ import json
 
 import gymnasium
 import pytest
-from agentrl.envs.search.oracle import SearchOracle, run_oracle, tool_call
 from gymnasium.utils.env_checker import check_env
 
 import agentrl
 from agentrl.env import Task
+from agentrl.envs.search.oracle import SearchOracle, run_oracle, tool_call
 from agentrl.errors import EnvError
 
 SEARCH_IDS = ["agentrl/Search-v0", "agentrl/SearchMultiHop-v0"]

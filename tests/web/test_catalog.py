@@ -5,7 +5,6 @@ from __future__ import annotations
 from agentrl.envs.web.catalog import Catalog, get_catalog
 from agentrl.envs.web.env import purchase_reward
 from agentrl.envs.web.vocab import load_vocabulary
-
 from agentrl.paths import shared_data_dir
 
 

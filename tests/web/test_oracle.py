@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from agentrl.envs.web.oracle import WebShopOracle
 
 import agentrl
+from agentrl.envs.web.oracle import WebShopOracle
 
 
 def _run(count: int) -> tuple[float, float]:

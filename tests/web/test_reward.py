@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from agentrl.envs.web.reward import compute_reward, fuzzy, normalize_color, option_matches, type_factor
 
 LEXICON = {"acme", "chips", "crisps", "snack", "shirt", "men", "tee", "socks", "pack"}

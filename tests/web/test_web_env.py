@@ -12,13 +12,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+import agentrl
+from agentrl.env import Task
 from agentrl.envs.web import manager
 from agentrl.envs.web.browser import RESTART_NOTICE
 from agentrl.envs.web.catalog import Goal
 from agentrl.envs.web.oracle import WebShopOracle
-
-import agentrl
-from agentrl.env import Task
 from agentrl.errors import EnvError
 
 
