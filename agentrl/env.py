@@ -346,6 +346,22 @@ class ObservationBudget(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+def play_policy(
+    env: gym.Env, policy: Any, *, task: Task | None = None, seed: int | None = None
+) -> tuple[float, dict[str, Any]]:
+    """Play one episode with a scripted policy (``policy.reset(task)``, ``policy.act(obs, info) -> text``).
+
+    Returns:
+        The final reward and the last step's info.
+    """
+    obs, info = env.reset(seed=seed, options={"task": task} if task is not None else None)
+    policy.reset(env.unwrapped.task)
+    while True:
+        obs, reward, terminated, truncated, info = env.step(policy.act(obs, info))
+        if terminated or truncated:
+            return float(reward), info
+
+
 # --------------------------------------------------------------------------- registry
 ENV_DESCRIPTIONS: dict[str, str] = {}
 

@@ -16,7 +16,7 @@ import hashlib
 import json
 from typing import Any
 
-from agentrl.env import Task
+from agentrl.env import Task, play_policy
 
 
 def call(code: str) -> str:
@@ -54,11 +54,4 @@ class CodeOracle:
 
 def run_oracle(env: Any, task: Task | None = None, seed: int | None = None) -> tuple[float, dict[str, Any]]:
     """Play one episode of ``env`` (made with ``agentrl.make``) with a fresh :class:`CodeOracle`."""
-    options = {"task": task} if task is not None else None
-    obs, info = env.reset(seed=seed, options=options)
-    oracle = CodeOracle()
-    oracle.reset(env.unwrapped.task)
-    while True:
-        obs, reward, terminated, truncated, info = env.step(oracle.act(obs, info))
-        if terminated or truncated:
-            return reward, info
+    return play_policy(env, CodeOracle(), task=task, seed=seed)

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, Protocol
 
-from agentrl.env import Task
+from agentrl.env import Task, play_policy
 from agentrl.envs.search.wiki import RELATIONS
 
 RESULT_RE = re.compile(r"^\[\d+\] (\S+) \| (.+)$", re.MULTILINE)
@@ -101,11 +101,4 @@ def run_oracle(
     Returns:
         The final reward and the last step's info.
     """
-    options = {"task": task} if task is not None else None
-    observation, info = env.reset(seed=seed, options=options)
-    oracle = SearchOracle()
-    oracle.reset(env.unwrapped.task)
-    while True:
-        observation, reward, terminated, truncated, info = env.step(oracle.act(observation, info))
-        if terminated or truncated:
-            return float(reward), info
+    return play_policy(env, SearchOracle(), task=task, seed=seed)

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from agentrl.env import Task
+from agentrl.env import Task, play_policy
 
 _FROM = re.compile(r"\bFROM\s+([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
 
@@ -73,11 +73,4 @@ class SQLOracle:
 
 def run_oracle(env: Any, task: Task | None = None, seed: int | None = None) -> tuple[float, dict[str, Any]]:
     """Play one episode of ``env`` (made with ``agentrl.make``) with a fresh :class:`SQLOracle`."""
-    options = {"task": task} if task is not None else None
-    obs, info = env.reset(seed=seed, options=options)
-    oracle = SQLOracle()
-    oracle.reset(env.unwrapped.task)
-    while True:
-        obs, reward, terminated, truncated, info = env.step(oracle.act(obs, info))
-        if terminated or truncated:
-            return reward, info
+    return play_policy(env, SQLOracle(), task=task, seed=seed)
