@@ -107,22 +107,7 @@ class LocalGaiaEnv(GaiaBaseEnv):
         from agentrl.envs.search.env import wiki_retriever
         from agentrl.tools.search import search_tools
 
-        self._release_sandbox()
         tools = search_tools(
             wiki_retriever(self.wiki_seed, self.n_entities, self.retriever_kind), default_k=5
         )
-        tools += super().make_tools()
-        if self.python:
-            from agentrl.tools.python import SandboxSlot, make_python_tool
-
-            self._slot = SandboxSlot(backend=self.sandbox_backend)
-            tools.append(make_python_tool(self._slot, timeout_s=self.python_timeout_s))
-        return tools
-
-    def _release_sandbox(self) -> None:
-        slot, self._slot = self._slot, None
-        if slot is not None:
-            slot.release()
-
-    def on_close(self) -> None:
-        self._release_sandbox()
+        return tools + super().make_tools()  # file reader (+ python, when enabled)
