@@ -106,16 +106,16 @@ class TextEnv(gym.Env[str, str]):
 
     # ----------------------------------------------------------------- hooks for subclasses
     def load_tasks(self, split: str) -> Sequence[Task]:
-        """Return the tasks of ``split`` (called once per split, cached)."""
-        raise NotImplementedError
+        """Return the tasks of ``split`` (called once per split, cached). Every env implements it."""
+        raise NotImplementedError(f"{type(self).__name__} must implement load_tasks(split) -> Sequence[Task]")
 
     def make_tools(self) -> list[Tool]:
         """Tools for the episode that starts now (may bind per-episode state)."""
         return []
 
     def score(self, answer: str | None, task: Task) -> Score:
-        """Score a final answer (``None`` when the episode ended without one)."""
-        raise NotImplementedError
+        """Score a final answer (``None`` when the episode ended without one). Every env implements it."""
+        raise NotImplementedError(f"{type(self).__name__} must implement score(answer, task) -> Score")
 
     def render_task(self, task: Task) -> str:
         """The first observation for ``task``."""
