@@ -9,7 +9,7 @@ algorithm's name: it asks a registry.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from agentrl.errors import ConfigError
@@ -69,7 +69,3 @@ def lazy(registry: Registry, name: str, target: str) -> None:
     """Register ``name`` lazily as ``"module:attr"`` (does not import anything)."""
     registry.register(name, target, override=True)
 
-
-def resolve(registry: Registry, name: str, *, field: str | None = None) -> Callable[..., Any]:
-    """Shorthand for ``registry.get(name, field=field)``."""
-    return registry.get(name, field=field)

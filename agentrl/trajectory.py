@@ -258,7 +258,7 @@ def segment_arrays(segment: Segment) -> dict[str, list]:
         process += [0.0] * len(turn.obs_ids)
         if entropy is not None:
             entropy += [0.0] * len(turn.obs_ids)
-    mask = [1.0 if s in (Source.MODEL, Source.SUMMARY) else 0.0 for s in source]
+    mask = [1.0 if s in TRAINABLE else 0.0 for s in source]
     return {
         "ids": ids,
         "source": source,
