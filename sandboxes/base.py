@@ -137,10 +137,12 @@ class AgentSandbox:
 
     # ------------------------------------------------------------------ backend hooks
     def _launch(self) -> Transport:
-        raise NotImplementedError
+        """Start the box with the agent as PID 1; every backend implements it."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _launch() -> Transport")
 
     def _destroy(self) -> None:
-        raise NotImplementedError
+        """Remove the box; every backend implements it."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _destroy()")
 
     def _loss_reason(self) -> str:
         return "the sandbox process ended"
