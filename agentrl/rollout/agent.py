@@ -67,6 +67,7 @@ class AgentConfig:
     max_branches: int = 10
     branch_max_turns: int = 8
     template_mode: str = "auto"  # auto | concat | per_turn
+    tool_schemas: bool = True  # render the tools' JSON schemas into the system prompt
     seed: int | None = None
 
     def validate(self) -> None:
@@ -272,7 +273,7 @@ class EpisodeRun:
         task = inner.task
         self.task_id = str(info.get("task_id", getattr(task, "id", "")))
         tools = list(inner.tools) + (folding.BRANCH_TOOLS if cfg.folding == "branch" else [])
-        fmt = ChatFormat(self.tokenizer, tools)
+        fmt = ChatFormat(self.tokenizer, tools, tool_schemas=cfg.tool_schemas)
         self.per_turn = cfg.template_mode == "per_turn" or (
             cfg.template_mode == "auto" and not conformance(self.tokenizer).ok
         )

@@ -66,14 +66,18 @@ class Policy(nn.Module):
         logprob_impl: ``auto | chunked | triton | naive`` (see :mod:`agentrl.kernels`).
         temperature: the sampler's temperature; logits are divided by it so ratios compare like
             with like.
+        autocast: run the decoder blocks under bfloat16 autocast (weights, LM head, log-probs and
+            entropies stay float32).
     """
 
     def __init__(
-        self, model: nn.Module, *, critic: bool = False, logprob_impl: str = "auto", temperature: float = 1.0
-    ):
+        self, model: nn.Module, *, critic: bool = False, logprob_impl: str = "auto", temperature: float = 1.0,
+        autocast: bool = False,
+    ):  # fmt: skip
         super().__init__()
         self.model = model
         self.logprob_impl = logprob_impl
+        self.autocast = autocast
         self.temperature = temperature if temperature > 0 else 1.0  # greedy sampling: T = 1
         hidden = self.lm.config.hidden_size
         self.value_head = nn.Linear(hidden, 1) if critic else None
@@ -129,7 +133,9 @@ class Policy(nn.Module):
         self, lm: nn.Module, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, *, values: bool
     ) -> PolicyOutput:
         batch, length = input_ids.shape
-        hidden = self.hidden_states(lm, input_ids, attention_mask)  # [B, L, H]
+        with torch.autocast(input_ids.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            hidden = self.hidden_states(lm, input_ids, attention_mask)  # [B, L, H]
+        hidden = hidden.to(lm.get_output_embeddings().weight.dtype)
         select = loss_mask[:, 1:] > 0  # [B, L-1] positions t-1 that predict a trained token t
         rows = hidden[:, :-1][select]  # [N, H]
         targets = input_ids[:, 1:][select]  # [N]
@@ -243,6 +249,7 @@ def build_policy(model: nn.Module, config: Any) -> Policy:
         critic=config.algo.critic,
         logprob_impl=config.train.logprob_impl,
         temperature=config.rollout.temperature,
+        autocast=config.train.bf16_autocast,
     )
 
 

@@ -53,6 +53,16 @@ def test_smollm2_template_conforms_and_gets_tools_in_the_system_prompt(tokenizer
     assert '"name": "search"' in prompt and prompt.endswith("<|im_start|>assistant\n")
 
 
+@pytest.mark.parametrize("fixture", ["tokenizer", "qwen"])
+def test_tool_schemas_off_leaves_the_system_prompt_as_the_env_wrote_it(fixture, request):
+    tok = request.getfixturevalue(fixture)
+    messages = [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Q"}]
+    with_schemas = ChatFormat(tok, [SEARCH_TOOL]).render(messages, add_generation_prompt=True)
+    without = ChatFormat(tok, [SEARCH_TOOL], tool_schemas=False).render(messages, add_generation_prompt=True)
+    assert '"name": "search"' in with_schemas and "search" not in without
+    assert without == tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
 def test_qwen25_style_template_conforms_with_native_tools(qwen):
     report = check_template(qwen, tools=[SEARCH_TOOL])
     assert report.ok, report.summary()
