@@ -6,11 +6,13 @@ prefix ("Now there's enough information to answer.\\n<answer>"); the target is t
 gold answer, and ``s[i, k]`` is its mean teacher-forced log-prob (no gradient), computed by the
 learner itself before the update (θ_old, as in the IGPO code), so it works with every rollout
 backend and engine. The column after a rollout's last turn is never used by the estimator and is
-left at 0.
+left at 0. With :func:`learner_continuation_scorer` each segment runs once and every turn boundary
+reuses its keys/values (about one forward per episode instead of one per turn).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,20 +54,40 @@ def learner_score_mean(engine: Any, micro_batch_size: int, pad_id: int):
     return score_mean
 
 
+def learner_continuation_scorer(engine: Any):
+    """``score(sequence, boundaries, continuation) -> [K, S]`` log-probs with the learner (no gradient)."""
+
+    def score(sequence: list[int], boundaries: list[int], continuation: list[int]) -> Tensor:
+        policy = engine.policy
+        device = policy.lm.device
+        gather = getattr(engine, "gathered_parameters", None)  # ZeRO-3: full weights outside forward
+        with gather() if gather is not None else contextlib.nullcontext():
+            return policy.continuation_logprobs(
+                torch.tensor(sequence, device=device), boundaries, torch.tensor(continuation, device=device)
+            ).cpu()
+
+    return score
+
+
 class GoldAnswerScorer:
     """``scorer(episodes) -> [R, K + 1]`` gold-answer confidences for IGPO.
 
     Args:
         score_mean: ``(contexts, targets) -> mean target log-prob`` per pair
-            (:func:`learner_score_mean`, or a generator's ``score_mean``).
+            (:func:`learner_score_mean`, or a generator's ``score_mean``); or None with
+        continuation: ``(sequence, boundaries, continuation) -> [K, S]`` log-probs
+            (:func:`learner_continuation_scorer`), which shares one pass per segment.
         tokenizer: the policy tokenizer.
         template: text with one ``{answer}`` placeholder; only the answer's tokens are averaged.
     """
 
-    def __init__(self, score_mean: Any, tokenizer: Any, template: str):
+    def __init__(self, score_mean: Any, tokenizer: Any, template: str, *, continuation: Any = None):
         if "{answer}" not in template:
             raise ValueError("algo.ig_template must contain {answer}")
+        if score_mean is None and continuation is None:
+            raise ValueError("GoldAnswerScorer needs score_mean or continuation")
         self.score_mean = score_mean
+        self.continuation = continuation
         self.tokenizer = tokenizer
         self.prefix = template.split("{answer}")[0]
 
@@ -85,15 +107,25 @@ class GoldAnswerScorer:
                 continue
             for segment in episode.segments:
                 ids = list(segment.prompt_ids)
+                bounds, cols = [], []
                 if segment.fold_id == 0:
-                    contexts.append(ids + prefix_ids)
-                    targets.append(answer)
-                    slots.append((r, 0))
+                    bounds.append(len(ids))
+                    cols.append(0)
                 for turn in segment.turns[:-1] if segment is episode.segments[-1] else segment.turns:
                     ids = ids + turn.output_ids + turn.obs_ids
-                    contexts.append(ids + prefix_ids)
+                    bounds.append(len(ids))
+                    cols.append(turn.index + 1)
+                if not bounds:
+                    continue
+                if self.continuation is not None:
+                    logp = self.continuation(ids, bounds, prefix_ids + answer)[:, len(prefix_ids) :]  # [K, A]
+                    for col, value in zip(cols, logp.mean(1).tolist(), strict=True):
+                        out[r, col] = float(value)
+                    continue
+                for bound, col in zip(bounds, cols, strict=True):
+                    contexts.append(ids[:bound] + prefix_ids)
                     targets.append(answer)
-                    slots.append((r, turn.index + 1))
+                    slots.append((r, col))
         if contexts:
             scores = self.score_mean(contexts, targets)
             for (r, col), value in zip(slots, scores, strict=True):
@@ -101,4 +133,4 @@ class GoldAnswerScorer:
         return out
 
 
-__all__ = ["GoldAnswerScorer", "gold_text", "learner_score_mean"]
+__all__ = ["GoldAnswerScorer", "gold_text", "learner_continuation_scorer", "learner_score_mean"]

@@ -25,7 +25,7 @@ from agentrl.errors import AgentRLError, ConfigError
 from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agentrl.train.engines import make_engine, world
 from agentrl.train.fields import LazyScores, StepData
-from agentrl.train.igscore import GoldAnswerScorer, learner_score_mean
+from agentrl.train.igscore import GoldAnswerScorer, learner_continuation_scorer
 from agentrl.train.learner import build_policy, is_peft
 from agentrl.train.metrics import MetricsLogger
 from agentrl.train.update import compute_advantages, ppo_update, score_tokens
@@ -228,7 +228,7 @@ def train(config: RunConfig) -> dict[str, Any]:
 
     engine = make_engine(policy, config)
     ig_scorer = GoldAnswerScorer(
-        learner_score_mean(engine, train_cfg.micro_batch_size, pad_id), tokenizer, algo.ig_template
+        None, tokenizer, algo.ig_template, continuation=learner_continuation_scorer(engine)
     )  # runs only if the advantage estimator reads gt_logprob
     sampler = TaskSampler(len(rollouts.train_tasks), train_cfg.seed)
     start_step, state = 0, {"history": {}}
