@@ -8,7 +8,9 @@
    (CPU and GPU) vs the fused Triton kernel (GPU only; reported as "needs CUDA" elsewhere). Each
    case runs in a fresh subprocess; peak memory is the process's peak RSS growth on CPU and
    ``torch.cuda.max_memory_allocated`` growth on GPU.
-2. A short quickstart run (SmolLM2-135M, search env, no warm-up): training tokens/s of the PPO
+2. ``train.bf16_autocast``: policy forward + backward (top 6 blocks trained) of SmolLM2-135M on
+   ``[4, 600]`` tokens (a quickstart micro-batch), float32 vs bfloat16 autocast, tokens/s.
+3. A short quickstart run (SmolLM2-135M, search env, no warm-up): training tokens/s of the PPO
    update and the wall-time split of a step (generation+env / scoring / learner), read from the
    run's metrics.
 """
@@ -120,6 +122,32 @@ def train_table(quick: bool) -> dict[str, float]:
     return mean
 
 
+def autocast_table(repeats: int = 2) -> list[dict[str, float]]:
+    """Policy forward + backward tokens/s of SmolLM2-135M, float32 vs bf16 autocast (best of ``repeats``)."""
+    import torch
+
+    from agentrl.rollout.model import load_model
+    from agentrl.train.learner import Policy, freeze_below
+
+    model, _ = load_model("smollm2-135m", dtype="float32")
+    freeze_below(model, 6)
+    ids = torch.randint(0, 49_000, (4, 600), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    loss_mask = torch.zeros(ids.shape)
+    loss_mask[:, 400:] = 1.0
+    rows = []
+    for autocast in (False, True):
+        policy = Policy(model, autocast=autocast)
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            policy(ids, mask, loss_mask).logp.sum().backward()
+            best = min(best, time.perf_counter() - t0)
+            model.zero_grad(set_to_none=True)
+        rows.append({"autocast": float(autocast), "seconds": best, "tokens_per_s": ids.numel() / best})
+    return rows
+
+
 def _fmt(value: object, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
@@ -151,6 +179,12 @@ def main() -> None:
               f"{_fmt(row['peak_mib'], 0):>10}  {row.get('note', '')}")  # fmt: skip
 
     if not args.skip_train:
+        autocast = autocast_table()
+        results["autocast"] = autocast
+        print("\npolicy forward + backward, SmolLM2-135M [4, 600], top 6 blocks trained")
+        for row in autocast:
+            name = "bf16 autocast" if row["autocast"] else "float32"
+            print(f"{name:<14} {row['seconds']:>7.2f} s  {row['tokens_per_s']:>8.0f} tok/s")
         perf = train_table(args.quick)
         results["quickstart_step"] = perf
         step = perf["perf/step_s"] or 1.0
@@ -194,6 +228,11 @@ def shared_format(results: dict[str, Any], quick: bool) -> dict[str, Any]:
                     note=str(r.get("note", "")),
                 )
             )
+    autocast = results.get("autocast")
+    if autocast:
+        fp32, bf16 = autocast
+        rows.append(Row("policy fwd+bwd SmolLM2 [4,600] bf16 autocast", bf16["tokens_per_s"], "tok/s",
+                        "float32", fp32["tokens_per_s"]))  # fmt: skip
     perf = results.get("quickstart_step")
     if perf:
         step = perf["perf/step_s"]

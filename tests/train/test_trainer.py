@@ -51,6 +51,19 @@ def test_resume_after_kill_equals_uninterrupted_run(tiny_model_dir, tmp_path):
     assert sorted({r["step"] for r in records if "perf/step_s" in r}) == [1, 2, 3]
 
 
+@pytest.mark.slow
+def test_igpo_with_bf16_autocast_trains_through_the_loop(tiny_model_dir, tmp_path):
+    """IGPO reads gold-answer confidences (one cached pass per episode) and the update runs in bf16."""
+    out = tmp_path / "igpo"
+    args = [f"model.name={tiny_model_dir}", *TINY_RUN, "algo.advantage=igpo", "algo.dynamic_sampling=false",
+            "train.bf16_autocast=true", "train.steps=1", f"train.out_dir={out}"]  # fmt: skip
+    assert main(None, args) == 0
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    step = next(r for r in records if "perf/step_s" in r)
+    assert step["rollout/advantage_abs"] > 0 and step["perf/scoring_s"] > 0
+    assert torch.isfinite(torch.tensor(step["loss/loss"]))
+
+
 def _initial(model_dir):
     from transformers import AutoModelForCausalLM
 
