@@ -235,7 +235,7 @@ class TrainConfig:
     logprob_impl: str = "auto"
     """Token log-prob/entropy implementation: auto | chunked | triton | naive."""
     bf16_autocast: bool = False
-    """Run learner forwards (SFT, scoring, PPO) under bfloat16 autocast; weights, LM head and log-probs stay float32. ~2.7x faster on CPUs with AVX512-BF16/AMX."""
+    """Run learner forwards (SFT, scoring, PPO) under bfloat16 autocast; weights, LM head and log-probs stay float32. On this AVX512-BF16 CPU: forward 2.7x, forward + backward 1.75x faster."""
     sft_warmup_steps: int = 0
     """Supervised warm-up steps on oracle demonstrations before RL."""
     sft_lr: float = 1e-4
