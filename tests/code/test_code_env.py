@@ -8,7 +8,6 @@ import pytest
 
 import agentrl
 from agentrl.env import Task
-from agentrl.envs.code.oracle import CodeOracle
 from agentrl.envs.code.oracle import run_oracle as play_one
 from agentrl.paths import shared_data_dir
 
@@ -151,17 +150,8 @@ def test_without_any_backend_the_tool_says_so(monkeypatch):
 
 
 def run_oracle(env, tasks) -> float:
-    oracle = CodeOracle()
-    solved = 0.0
-    for task in tasks:
-        obs, _ = env.reset(options={"task": task})
-        oracle.reset(task)
-        done = False
-        while not done:
-            obs, reward, terminated, truncated, _ = env.step(oracle.act(obs))
-            done = terminated or truncated
-        solved += reward
-    return solved / len(tasks)
+    """Mean oracle reward over ``tasks`` (one scripted episode each)."""
+    return sum(play_one(env, task)[0] for task in tasks) / len(tasks)
 
 
 def test_oracle_solves_generated_problems(backend):

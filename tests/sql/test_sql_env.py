@@ -10,7 +10,6 @@ import pytest
 import agentrl
 from agentrl.env import Task
 from agentrl.envs.sql.databases import database_path
-from agentrl.envs.sql.oracle import SQLOracle
 from agentrl.envs.sql.oracle import run_oracle as play_one
 from agentrl.tools.python import SandboxSlot
 from agentrl.tools.sql import RUNNER_SOURCE, SandboxSQL
@@ -171,17 +170,8 @@ def test_scoring_an_answer_query_runs_in_the_sandbox_with_the_timeout(env):
 
 
 def run_oracle(env, tasks) -> float:
-    oracle = SQLOracle()
-    solved = 0.0
-    for task in tasks:
-        obs, _ = env.reset(options={"task": task})
-        oracle.reset(task)
-        done = False
-        while not done:
-            obs, reward, terminated, truncated, _ = env.step(oracle.act(obs))
-            done = terminated or truncated
-        solved += reward
-    return solved / len(tasks)
+    """Mean oracle reward over ``tasks`` (one scripted episode each)."""
+    return sum(play_one(env, task)[0] for task in tasks) / len(tasks)
 
 
 @pytest.mark.parametrize("env_id", ["agentrl/SQL-v0"])
