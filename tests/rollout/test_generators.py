@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 import socket
 import threading
 
@@ -251,3 +252,35 @@ def test_prefix_cache_reuse_matches_fresh_prefill(tiny, tokenizer):
     assert cached.prefix_cache.hits == 5 and cached.prefix_cache.reused_tokens > 2 * len(shared)
     cached.reset_cache()
     assert cached.prefix_cache.tokens == 0
+
+
+def test_rows_that_stop_leave_the_batch_without_changing_the_others(tiny, tokenizer):
+    """Stopped rows are dropped from the decode batch (and their K/V cached); the rows left and the
+    next turn's reuse of the dropped rows' cache give what each prompt gives alone."""
+    rng = random.Random(0)  # distinct prompts of 16+ tokens (the prefix cache's minimum reuse)
+    prompts = [[rng.randrange(100, 20_000) for _ in range(16 + 3 * i)] for i in range(8)]
+    plain = HFGenerator(tiny, tokenizer, prefix_cache_tokens=0)
+    free = SamplingParams(max_new_tokens=10, temperature=0.0, stop_ids=())
+    firsts = [plain.generate([p], free)[0].ids for p in prompts]
+    stops = tuple({ids[0] for ids in firsts[:3]})  # three rows end at once, the others go on
+    sampling = SamplingParams(max_new_tokens=10, temperature=0.0, stop_ids=stops)
+    cached = HFGenerator(tiny, tokenizer, prefix_cache_tokens=10_000)
+    for gen in (plain, cached):
+        batched = gen.generate(prompts, sampling)
+        lengths = sorted(len(o.ids) for o in batched)
+        assert lengths[2] == 1 and lengths[-1] == 10
+        for prompt, out in zip(prompts, batched, strict=True):
+            alone = plain.generate([prompt], sampling)[0]
+            assert out.ids == alone.ids and out.finish_reason == alone.finish_reason
+            assert max(abs(a - b) for a, b in zip(out.logprobs, alone.logprobs, strict=True)) < 1e-4
+    bridge = tokenizer.encode(" and then", add_special_tokens=False)
+    nxt = [p + o.ids + bridge for p, o in zip(prompts, batched, strict=True)]
+    hits, reused = cached.prefix_cache.hits, cached.prefix_cache.reused_tokens
+    for out, ref in zip(cached.generate(nxt, sampling), plain.generate(nxt, sampling), strict=True):
+        assert out.ids == ref.ids
+        assert max(abs(a - b) for a, b in zip(out.logprobs, ref.logprobs, strict=True)) < 1e-4
+    # every row reused its whole first turn: prompt + sampled ids but the last
+    assert cached.prefix_cache.hits - hits == len(nxt)
+    assert cached.prefix_cache.reused_tokens - reused == sum(
+        len(p) + len(o.ids) - 1 for p, o in zip(prompts, batched, strict=True)
+    )
