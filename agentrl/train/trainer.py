@@ -238,8 +238,8 @@ def train(config: RunConfig) -> dict[str, Any]:
         _restore_generator_rng(generator, state.get("generator_rng"))
         logger.truncate(start_step)
         logger.console.print(f"resumed from {resume_from} (step {start_step})")
-    if "success_before" not in state:
-        state["success_before"] = evaluate(0)
+    if "eval_before" not in state:
+        state["eval_before"] = evaluate(0)
 
     for step in range(start_step, train_cfg.steps):
         t_step = time.perf_counter()
@@ -284,7 +284,7 @@ def train(config: RunConfig) -> dict[str, Any]:
             sync_generator(engine, generator)
         metrics["perf/step_s"] = time.perf_counter() - t_step
         if train_cfg.eval_every and (step + 1) % train_cfg.eval_every == 0 and step + 1 < train_cfg.steps:
-            metrics["eval/success"] = evaluate(step + 1)
+            evaluate(step + 1)
         logger.log(
             step + 1, metrics, echo=("env/reward", "loss/loss", "loss/entropy", "perf/step_s", "eval/success")
         )
@@ -292,11 +292,14 @@ def train(config: RunConfig) -> dict[str, Any]:
             state |= {"sampler": sampler.state(), "generator_rng": _generator_rng(generator)}
             save_checkpoint(out_dir, step + 1, engine, state)
 
-    success_after = evaluate(train_cfg.steps)
-    summary = {"success_before": state["success_before"], "success_after": success_after,
-               "steps": train_cfg.steps, "out_dir": str(out_dir), "eval_episodes": len(rollouts.eval_tasks[: train_cfg.eval_episodes])}  # fmt: skip
-    logger.table("held-out success", [(f"{summary['success_before']:.3f}", f"{success_after:.3f}",
-                 str(summary["eval_episodes"]))], ("before RL", "after RL", "episodes"))  # fmt: skip
+    summary = {**compare_evals(state["eval_before"], evaluate(train_cfg.steps)),
+               "steps": train_cfg.steps, "out_dir": str(out_dir)}  # fmt: skip
+    logger.table(
+        "held-out success (same tasks before and after RL)",
+        [(f"{summary['success_before']:.3f}", f"{summary['success_after']:.3f}", str(summary["eval_episodes"]),
+          str(summary["gained"]), str(summary["lost"]), f"{summary['p_value']:.3g}")],
+        ("before RL", "after RL", "tasks", "gained", "lost", "sign-test p"),
+    )  # fmt: skip
     logger.plot(("env/reward", "eval/success", "loss/loss", "loss/entropy"))
     logger.close()
     if rank0:
@@ -305,19 +308,41 @@ def train(config: RunConfig) -> dict[str, Any]:
 
 
 def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: MetricsLogger):
-    """``evaluate(step) -> success`` on the first ``eval_episodes`` held-out tasks (same ones every time)."""
+    """``evaluate(step) -> {task_id: outcome}`` on the first ``eval_episodes`` held-out tasks (same
+    ones every time); logs their mean as ``eval/success``."""
     tasks = rollouts.eval_tasks[: config.train.eval_episodes]
 
-    def evaluate(step: int) -> float:
+    def evaluate(step: int) -> dict[str, float]:
         policy.eval()
         episodes, _ = rollouts.run(tasks, seed=10_000_019, version=step, group_size=1,
                                    temperature=config.train.eval_temperature)  # fmt: skip
-        value = success(episodes)
-        logger.log(step, {"eval/success": value, "eval/failed": float(sum(ep.failed for ep in episodes))},
+        logger.log(step, {"eval/success": success(episodes), "eval/failed": float(sum(ep.failed for ep in episodes))},
                    echo=("eval/success",))  # fmt: skip
-        return value
+        return {ep.task_id: (0.0 if ep.failed else float(ep.outcome)) for ep in episodes}
 
     return evaluate
+
+
+def compare_evals(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Paired comparison of two evals of the same tasks: success before/after, tasks gained (failed
+    before, solved after) and lost, and the two-sided exact sign-test p-value of gained vs lost
+    (McNemar's exact test; 1.0 when no task changed)."""
+    from math import comb
+
+    tasks = sorted(before.keys() & after.keys())
+    solved = lambda table, t: table[t] >= 1.0  # noqa: E731
+    gained = sum(solved(after, t) and not solved(before, t) for t in tasks)
+    lost = sum(solved(before, t) and not solved(after, t) for t in tasks)
+    n = gained + lost
+    tail = sum(comb(n, k) for k in range(min(gained, lost) + 1)) / 2**n if n else 0.5
+    return {
+        "success_before": float(np.mean([before[t] for t in tasks])) if tasks else 0.0,
+        "success_after": float(np.mean([after[t] for t in tasks])) if tasks else 0.0,
+        "eval_episodes": len(tasks),
+        "gained": gained,
+        "lost": lost,
+        "p_value": min(1.0, 2 * tail),
+    }
 
 
 def _generator_rng(generator: Any) -> Any:
@@ -350,8 +375,9 @@ def main(config_path: str | None, overrides: list[str] | None = None) -> int:
     if world()[0] == 0:
         print(
             f"held-out success before RL: {summary['success_before']:.3f}  after RL: {summary['success_after']:.3f}"
+            f"  ({summary['gained']} tasks gained, {summary['lost']} lost, sign-test p={summary['p_value']:.3g})"
         )
     return 0
 
 
-__all__ = ["TaskSampler", "filter_episodes", "main", "train"]
+__all__ = ["TaskSampler", "compare_evals", "filter_episodes", "main", "train"]

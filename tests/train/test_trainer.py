@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from agentrl.train.trainer import TaskSampler, main
+from agentrl.train.trainer import TaskSampler, compare_evals, main
 
 TINY_RUN = [
     "env.id=agentrl/Search-v0", "env.max_turns=2", "env.max_obs_chars=300", "env.kwargs={hops: single}",
@@ -99,6 +99,7 @@ def test_quickstart_smollm2_trains_end_to_end(tmp_path):
     assert main("configs/quickstart.yaml", overrides) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert 0.0 <= summary["success_before"] <= 1.0 and 0.0 <= summary["success_after"] <= 1.0
+    assert summary["eval_episodes"] == 2 and summary["gained"] + summary["lost"] <= 2
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "perf/step_s" in r]
     assert [r["step"] for r in steps] == [1, 2]
@@ -125,3 +126,17 @@ def test_filters_drop_void_turn_trajectories_and_equal_groups():
     assert stats["rollout/failed"] == 1 and stats["rollout/void_dropped"] == 1
     kept, _ = filter_episodes(eps, config())  # filters off: only the failed episode goes
     assert len(kept) == 8
+
+
+def test_compare_evals_counts_flips_and_gives_the_exact_sign_test():
+    before = {"a": 1.0, "b": 0.0, "c": 0.0, "d": 1.0, "e": 0.0, "f": 0.0}
+    after = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.0, "e": 1.0, "f": 0.0, "extra": 1.0}  # extra: not paired
+    out = compare_evals(before, after)
+    # b, c, e gained; d lost: P(X <= 1 | n=4, 1/2) = 5/16, two-sided 10/16
+    assert out == {"success_before": 2 / 6, "success_after": 4 / 6, "eval_episodes": 6, "gained": 3, "lost": 1,
+                   "p_value": 0.625}  # fmt: skip
+    six = compare_evals({str(i): 0.0 for i in range(6)}, {str(i): 1.0 for i in range(6)})
+    assert (six["gained"], six["lost"], six["p_value"]) == (6, 0, 2 / 64)
+    assert compare_evals(before, before)["p_value"] == 1.0
+    partial = compare_evals({"a": 0.0}, {"a": 0.5})  # partial credit (F1 rewards) is not a solved task
+    assert (partial["gained"], partial["success_after"]) == (0, 0.5)

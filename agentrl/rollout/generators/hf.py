@@ -210,6 +210,12 @@ class HFGenerator(Generator):
         seed: int = 0,
         prefix_cache_tokens: int = 65536,
     ):
+        """Args:
+        max_batch_size: rows decoded together; larger requests are split.
+        score_batch_size: rows per forward in :meth:`score`.
+        seed: seed of the sampling RNG (a request's ``SamplingParams.seed`` overrides it).
+        prefix_cache_tokens: K/V tokens kept for prefix reuse across turns (0 disables).
+        """
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -272,15 +278,12 @@ class HFGenerator(Generator):
             input_ids, attention = left_pad(prompts, self.pad_id, device)  # [B, L]
             pads = [input_ids.shape[1] - len(p) for p in prompts]
             cache = roomy_cache(room)
-            out = self.model(
+            logits = self._prefill(
                 input_ids=input_ids,
                 attention_mask=attention,
                 position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
                 past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
             )
-            logits = out.logits[:, -1, :]
         prefill_s = time.perf_counter() - t0
         last_pos = (attention.cumsum(-1) - 1).clamp(min=0)[:, -1:]  # [B, 1]
         ids: list[list[int]] = [[] for _ in range(batch)]
@@ -342,6 +345,10 @@ class HFGenerator(Generator):
             for b in range(batch)
         ]
 
+    def _prefill(self, **inputs: Any) -> torch.Tensor:
+        """Logits ``[B, V]`` at the last position of a cached forward over ``inputs``."""
+        return self.model(**inputs, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+
     def _store_rows(
         self,
         cache: Any,
@@ -371,27 +378,23 @@ class HFGenerator(Generator):
 
         Returns ``(cache, last_logits [B, V], attention_mask [B, L], left pads per row)``.
         """
-        from transformers import DynamicCache
-
         assert self.prefix_cache is not None
         device = self.device
         rows_kv, rows_logits = [], []
         for prompt in prompts:
             n, kv = self.prefix_cache.lookup(prompt)
-            row_cache = DynamicCache()
+            row_cache = roomy_cache(0)
             if kv is not None:
                 for layer, (k, v) in enumerate(kv):
                     row_cache.update(k.to(device), v.to(device), layer)
             suffix = torch.tensor([list(prompt[n:])], dtype=torch.long, device=device)  # [1, S]
-            out = self.model(
+            logits = self._prefill(
                 input_ids=suffix,
                 attention_mask=torch.ones((1, len(prompt)), dtype=torch.long, device=device),
                 position_ids=torch.arange(n, len(prompt), device=device)[None],
                 past_key_values=row_cache,
-                use_cache=True,
-                logits_to_keep=1,
             )
-            rows_logits.append(out.logits[0, -1])
+            rows_logits.append(logits[0])
             rows_kv.append([(layer.keys, layer.values) for layer in row_cache.layers])
             # later rows of this batch (group rollouts of one task) reuse this prompt at once
             self.prefix_cache.store(prompt, rows_kv[-1])
