@@ -201,7 +201,9 @@ def train(config: RunConfig) -> dict[str, Any]:
         policy.prepare_reference()
     pad_id = int(tokenizer.pad_token_id)
     if config.rollout.backend == "hf":
-        generator = make_generator("hf", model=policy.model, tokenizer=tokenizer, seed=train_cfg.seed)
+        # one decode batch can hold every episode in flight
+        generator = make_generator("hf", model=policy.model, tokenizer=tokenizer, seed=train_cfg.seed,
+                                   max_batch_size=max(32, config.rollout.concurrency))  # fmt: skip
     else:
         generator = make_generator(
             config.rollout.backend, model_name=config.model.name, dtype=config.model.dtype,
