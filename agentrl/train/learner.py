@@ -196,6 +196,8 @@ class Policy(nn.Module):
         """
         from transformers import DynamicCache
 
+        from agentrl.rollout.generators.hf import left_padded_cache
+
         if not boundaries or min(boundaries) < 1 or max(boundaries) > sequence.numel():
             raise ValueError(f"boundaries must lie in [1, {sequence.numel()}], got {boundaries}")
         lm, device = self.lm, sequence.device
@@ -207,15 +209,9 @@ class Policy(nn.Module):
             if width > 0:
                 full = DynamicCache()
                 decoder(input_ids=sequence[None, :width], past_key_values=full, use_cache=True)
-                cache = DynamicCache()
-                for layer_index, layer in enumerate(full.layers):
-                    keys, values = [], []
-                    for n in kept:  # left-pad row caches to `width`
-                        k, v = layer.keys[:, :, :n], layer.values[:, :, :n]
-                        pad = k.new_zeros((1, k.shape[1], width - n, k.shape[3]))
-                        keys.append(torch.cat([pad, k], 2))
-                        values.append(torch.cat([pad.to(v.dtype), v], 2))
-                    cache.update(torch.cat(keys), torch.cat(values), layer_index)
+                cache = left_padded_cache(  # row r: the first kept[r] positions, left-padded to `width`
+                    [[(layer.keys[:, :, :n], layer.values[:, :, :n]) for layer in full.layers] for n in kept]
+                )
             feed = torch.stack([torch.cat([sequence[n : n + 1], continuation]) for n in kept])  # [K, S+1]
             attention = torch.zeros(len(kept), width + feed.shape[1], dtype=torch.long, device=device)
             for row, n in enumerate(kept):

@@ -156,11 +156,6 @@ class Rollouts:
         return run_oracle_episodes(self.make_env, tasks, oracle_cls, self.tokenizer, config, seed=seed)
 
 
-def success(episodes: list[Episode]) -> float:
-    """Held-out success: mean outcome reward (exact match for the search env); failures count 0."""
-    return float(np.mean([ep.outcome for ep in episodes])) if episodes else 0.0
-
-
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     done = [ep for ep in episodes if not ep.failed]
     if not done:
@@ -311,16 +306,18 @@ def train(config: RunConfig) -> dict[str, Any]:
 
 def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: MetricsLogger):
     """``evaluate(step) -> {task_id: outcome}`` on the first ``eval_episodes`` held-out tasks (same
-    ones every time); logs their mean as ``eval/success``."""
+    ones every time); logs their mean as ``eval/success`` (held-out success: mean outcome reward,
+    exact match for the search env)."""
     tasks = rollouts.eval_tasks[: config.train.eval_episodes]
 
     def evaluate(step: int) -> dict[str, float]:
         policy.eval()
         episodes, _ = rollouts.run(tasks, seed=10_000_019, version=step, group_size=1,
                                    temperature=config.train.eval_temperature)  # fmt: skip
-        logger.log(step, {"eval/success": success(episodes), "eval/failed": float(sum(ep.failed for ep in episodes))},
-                   echo=("eval/success",))  # fmt: skip
-        return {ep.task_id: (0.0 if ep.failed else float(ep.outcome)) for ep in episodes}
+        outcomes = {ep.task_id: 0.0 if ep.failed else float(ep.outcome) for ep in episodes}  # failures count 0
+        logger.log(step, {"eval/success": float(np.mean(list(outcomes.values()))) if outcomes else 0.0,
+                          "eval/failed": float(sum(ep.failed for ep in episodes))}, echo=("eval/success",))  # fmt: skip
+        return outcomes
 
     return evaluate
 

@@ -193,6 +193,24 @@ def roomy_cache(room: int) -> Any:
     return cache
 
 
+def left_padded_cache(rows: list[list[tuple[torch.Tensor, torch.Tensor]]], room: int = 0) -> Any:
+    """One batch cache (:func:`roomy_cache`) from per-row caches: ``rows[r][layer] = (keys, values)``
+    of shape ``[1, H, T_r, D]``, left-padded with zeros to the longest row (the caller's attention
+    mask hides the pad positions)."""
+    length = max(row[0][0].shape[2] for row in rows)
+    cache = roomy_cache(room)
+    for layer in range(len(rows[0])):
+        k0, v0 = rows[0][layer]
+        keys = k0.new_zeros((len(rows), k0.shape[1], length, k0.shape[3]))  # [B, H, L, D]
+        values = v0.new_zeros((len(rows), v0.shape[1], length, v0.shape[3]))
+        for r, row in enumerate(rows):
+            k, v = row[layer]
+            keys[r, :, length - k.shape[2] :] = k[0]
+            values[r, :, length - v.shape[2] :] = v[0]
+        cache.update(keys, values, layer)
+    return cache
+
+
 class HFGenerator(Generator):
     """Generator over an in-process transformers causal LM (optionally the learner's live model)."""
 
@@ -403,16 +421,7 @@ class HFGenerator(Generator):
         attention = torch.zeros((len(prompts), length), dtype=torch.long, device=device)
         for row, pad in enumerate(pads):
             attention[row, pad:] = 1
-        cache = roomy_cache(room)
-        for layer in range(len(rows_kv[0])):
-            k0 = rows_kv[0][layer][0]
-            keys = k0.new_zeros((len(prompts), k0.shape[1], length, k0.shape[3]))  # [B, H, L, D]
-            values = keys.clone()
-            for row, pad in enumerate(pads):
-                k, v = rows_kv[row][layer]  # [1, H, T, D]
-                keys[row, :, pad:] = k[0]
-                values[row, :, pad:] = v[0]
-            cache.update(keys, values, layer)
+        cache = left_padded_cache(rows_kv, room)
         return cache, torch.stack(rows_logits), attention, pads
 
     # ------------------------------------------------------------------ scoring
