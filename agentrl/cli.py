@@ -192,14 +192,53 @@ def train(
 @app.command("eval")
 def evaluate(
     suite: str = typer.Option(
-        ..., help="Suite name: local-gaia, webshop, search-qa, search-qa-real, sql, math, ..."
+        ...,
+        help="Suite name, optionally NAME:key=value,...: local-gaia, gaia, gaia-fixture, webshop, search-qa, "
+        "search-qa-real, sql, math, ...",
     ),
-    agent: str = typer.Option("oracle", help="oracle | random | model name/path | openai:URL[#model]."),
-    limit: int | None = typer.Option(None, help="At most this many tasks per part (a seeded sample spread over subsets)."),
-    concurrency: int = typer.Option(4, help="Episodes at once."),
+    agent: str = typer.Option(
+        "oracle",
+        help="oracle | random | model name/path[+ADAPTER] | openai:URL[#model] (token-id completions) | "
+        "chat:URL#model (any chat-completions server, native tool calls).",
+    ),
+    suite_option: list[str] = typer.Option(
+        [], "--suite-option", help="key=value added to the suite (repeatable; the value may hold commas)."
+    ),
+    limit: int | None = typer.Option(
+        None, help="At most this many tasks per part (a seeded sample spread over subsets)."
+    ),
+    concurrency: int = typer.Option(4, help="Episodes at once (and requests in flight for remote agents)."),
     seed: int = typer.Option(0, help="Seed."),
     out: Path | None = typer.Option(None, help="Directory for records, metrics and the report."),
     as_json: bool = typer.Option(False, "--json", help="Print metrics as JSON."),
+    episode_timeout_s: float | None = typer.Option(
+        None,
+        "--episode-timeout-s",
+        help="Wall-clock limit of one model episode [AGENTRL_EVAL_EPISODE_TIMEOUT_S, 900].",
+    ),
+    request_timeout_s: float | None = typer.Option(
+        None,
+        "--request-timeout-s",
+        help="Limit of one HTTP request to a remote model [AGENTRL_EVAL_REQUEST_TIMEOUT_S, 120].",
+    ),
+    max_retries: int | None = typer.Option(
+        None,
+        "--max-retries",
+        help="Retries of one failed request (backoff, per request) [AGENTRL_EVAL_MAX_RETRIES, 2].",
+    ),
+    max_new_tokens: int | None = typer.Option(
+        None,
+        "--max-new-tokens",
+        help="Tokens per turn [AGENTRL_EVAL_MAX_NEW_TOKENS, 192; chat: the server's limit].",
+    ),
+    api_key_env: str | None = typer.Option(
+        None, "--api-key-env", help="Environment variable holding the chat server's API key [OPENAI_API_KEY]."
+    ),
+    tool_protocol: str | None = typer.Option(
+        None,
+        "--tool-protocol",
+        help="chat agents: native (tools + tool_calls) or text (<tool_call> in the text).",
+    ),
 ) -> None:
     """Evaluate an agent on a suite and write a report."""
     from agentrl.eval.runner import run_eval
@@ -213,6 +252,15 @@ def evaluate(
             seed=seed,
             out=out,
             as_json=as_json,
+            suite_options=suite_option,
+            settings={
+                "episode_timeout_s": episode_timeout_s,
+                "request_timeout_s": request_timeout_s,
+                "max_retries": max_retries,
+                "max_new_tokens": max_new_tokens,
+                "api_key_env": api_key_env,
+                "tool_protocol": tool_protocol,
+            },
         )
     )
 

@@ -93,12 +93,14 @@ def test_gymnasium_make_works_too():
 
 
 ALL_IDS = agentrl.registered_ids()
+#: envs that need their data named explicitly (no silent fallback): their bundled fixtures
+MAKE_KWARGS = {"agentrl/GAIA-Real-v0": {"data_dir": "fixture"}}
 
 
 def _make_or_skip(env_id: str):
     """Make the env; skip (not fail) only when it needs the real benchmark data and it is absent."""
     try:
-        env = agentrl.make(env_id)
+        env = agentrl.make(env_id, **MAKE_KWARGS.get(env_id, {}))
         env.reset(seed=0)  # data loads lazily on the first reset
         return env
     except (EnvError, ConfigError) as exc:

@@ -4,6 +4,10 @@ Episodes (and HTTP clients of ``agentrl serve``) each ask for one continuation a
 :class:`Batcher` collects the requests that arrive while the generator is busy (or within a short
 window), groups them by sampling parameters and runs one batched call in a worker thread, so the
 event loop stays free for environment steps, the watchdog and the progress display.
+
+Generators whose requests are independent anyway (``independent_requests``: one HTTP request per
+prompt, e.g. the OpenAI-compatible client) are not batched: each request goes out on its own, so
+a hung or failing request costs only its own episode, never the requests queued behind it.
 """
 
 from __future__ import annotations
@@ -59,11 +63,26 @@ class Batcher:
 
     async def submit(self, prompt: Sequence[int], sampling: SamplingParams) -> GenerationOutput:
         """Queue one prompt and wait for its continuation."""
+        if getattr(self.generator, "independent_requests", False):
+            return await self._direct(prompt, sampling)
         await self.start()
         assert self._queue is not None
         future = asyncio.get_running_loop().create_future()
         await self._queue.put(_Request(prompt, sampling, future))
         return await future
+
+    async def _direct(self, prompt: Sequence[int], sampling: SamplingParams) -> GenerationOutput:
+        if self.started_at is None:
+            self.started_at = time.perf_counter()
+        t0 = time.perf_counter()
+        try:
+            (output,) = await self.generator.agenerate([prompt], sampling)
+        finally:
+            self.busy_s += time.perf_counter() - t0  # overlapping requests: an upper bound
+            self.calls += 1
+            self.requests += 1
+        self.generated_tokens += len(output.ids)
+        return output
 
     def idle_share(self, wall_s: float | None = None) -> float:
         """Fraction of wall time (since start) the generator was not running a batch."""
@@ -105,7 +124,8 @@ class Batcher:
                 if not live[0].future.done():
                     live[0].future.set_exception(exc)
                 return
-            # One bad request must not fail its batch-mates: retry each alone.
+            # One bad request must not fail its batch-mates: retry each alone (in-process
+            # generators only: remote ones never come here, see the module doc).
             for r in live:
                 await self._run(sampling, [r])
             return

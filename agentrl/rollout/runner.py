@@ -45,6 +45,8 @@ class RunnerConfig:
     max_retries: int = 1
     progress: bool = True
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: the name of the episode-timeout setting where the user is (error messages name it)
+    timeout_setting: str = "rollout.episode_timeout_s"
 
     @classmethod
     def from_rollout(
@@ -192,7 +194,7 @@ class Runner:
             return await asyncio.wait_for(run.run(), timeout=self.config.episode_timeout_s)
         except TimeoutError:
             raise EpisodeError(
-                f"episode timeout after {self.config.episode_timeout_s:.0f}s (rollout.episode_timeout_s); "
+                f"episode timeout after {self.config.episode_timeout_s:g}s ({self.config.timeout_setting}); "
                 f"{run.progress.describe()}"
             ) from None
         finally:
