@@ -174,3 +174,33 @@ class ScriptedChat:
         found = re.search(r"ANSWER=(\w+)", last["content"])
         answer = found.group(1) if found else task["Final answer"]
         return self._reply({"role": "assistant", "content": f"The file gives it.\nFINAL ANSWER: {answer}"})
+
+
+class ScriptedCompletions:
+    """A token-id completions server (vLLM's ``return_token_ids`` convention) that answers GAIA
+    questions with their gold answer; modes and ``HANG`` as :class:`ScriptedChat`."""
+
+    def __init__(self, records: list[dict[str, Any]], tokenizer: Any, mode: str = "answer"):
+        self.records = records
+        self.tokenizer = tokenizer
+        self.mode = mode
+        self.requests = 0
+        self.app = Starlette(routes=[Route("/v1/completions", self.complete, methods=["POST"])])
+
+    async def complete(self, request: Request) -> Response:
+        self.requests += 1
+        if self.mode == "500":
+            return PlainTextResponse("internal error", status_code=500)
+        body = await request.json()
+        prompt = self.tokenizer.decode(body["prompt"])
+        task = next(r for r in self.records if r["Question"] in prompt)
+        if "HANG" in task["Question"]:
+            for _ in range(600):
+                if await request.is_disconnected():
+                    break
+                await asyncio.sleep(0.05)
+            return PlainTextResponse("too late", status_code=504)
+        ids = self.tokenizer.encode(f"FINAL ANSWER: {task['Final answer']}", add_special_tokens=False)
+        ids = [*ids, self.tokenizer.eos_token_id]
+        choice = {"token_ids": ids, "logprobs": {"token_logprobs": [0.0] * len(ids)}, "finish_reason": "stop"}
+        return JSONResponse({"choices": [choice]})

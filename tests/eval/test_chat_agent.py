@@ -185,3 +185,35 @@ def test_suite_options_may_hold_commas() -> None:
     assert suite.parts[0].kwargs == {"data_dir": "/data/GAIA, copy/2023", "level": 1}
     suite = parse_suite("gaia", ["data_dir=/x,level=2/y"])
     assert suite.parts[0].kwargs == {"data_dir": "/x,level=2/y"}
+
+
+@pytest.mark.parametrize("mode", ["hang", "500"])
+def test_completions_client_isolates_requests(tmp_path: Path, mode: str) -> None:
+    """The token-id ``openai:`` agent through the rollout runner: one request per episode, never
+    batched behind a hung one; an always-failing server trips the circuit breaker."""
+    from chat_servers import ScriptedCompletions
+
+    from agentrl.rollout.model import load_tokenizer
+
+    records = write_gaia_download(tmp_path, hang=mode == "hang", extra=10)
+    server = ScriptedCompletions(
+        records, load_tokenizer("smollm2-135m"), mode="500" if mode == "500" else "answer"
+    )
+    settings = ModelEvalConfig.resolve(
+        episode_timeout_s=3, request_timeout_s=1, max_retries=5 if mode == "hang" else 2
+    )
+    with BackgroundServer(server.app) as http:
+        result = evaluate(
+            _suite(tmp_path), f"openai:{http.url}#smollm2-135m", concurrency=4, settings=settings
+        )
+    by_id = {r["task_id"]: r for r in result.records}
+    if mode == "hang":
+        hung = by_id.pop("t-hang")
+        assert (
+            "episode timeout after 3s (--episode-timeout-s" in hung["error"] and hung["ground_truth"] == "7"
+        )
+        assert all(r["error"] is None and r["success"] == 1.0 for r in by_id.values())
+    else:
+        assert all("HTTP 500" in r["error"] for r in by_id.values())
+        assert sum("not sending more" in r["error"] for r in by_id.values()) >= len(records) - 8 - 4
+        assert server.requests <= (8 + 4) * 3
