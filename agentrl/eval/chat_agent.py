@@ -91,6 +91,9 @@ class ChatAgent:
         protocol: ``native`` or ``text``.
         episode_timeout_s: wall-clock budget of the whole episode, from ``reset``.
         timeout_setting: the setting that sets ``episode_timeout_s`` (named in the error).
+        transcripts: where to keep the conversation (``{"episode_id", "task_id", "messages"}``;
+            ``messages`` are exactly what was sent and received, with per-turn usage and latency).
+        episode_id: this episode's id in ``transcripts``.
     """
 
     def __init__(
@@ -102,6 +105,8 @@ class ChatAgent:
         protocol: str = "native",
         episode_timeout_s: float = 900.0,
         timeout_setting: str = "--episode-timeout-s",
+        transcripts: list[dict[str, Any]] | None = None,
+        episode_id: str = "",
     ):
         if protocol not in PROTOCOLS:
             raise ConfigError("tool_protocol", f"{protocol!r} is not a tool protocol", "use native or text")
@@ -116,6 +121,8 @@ class ChatAgent:
         self.deadline = 0.0
         self.last_turn: dict[str, float] = {}
         self._pending_calls: list[dict[str, Any]] = []
+        self.transcripts = transcripts
+        self.episode_id = episode_id
 
     def reset(self, task: Task) -> None:
         self.tools = list(self._tools_source() if callable(self._tools_source) else self._tools_source)
@@ -125,6 +132,10 @@ class ChatAgent:
         self.messages = [{"role": "system", "content": system}]
         self.deadline = time.monotonic() + self.episode_timeout_s
         self._pending_calls = []
+        if self.transcripts is not None:  # the list object grows as the episode goes on
+            self.transcripts.append(
+                {"episode_id": self.episode_id, "task_id": task.id, "messages": self.messages}
+            )
 
     def _add_observation(self, observation: str) -> None:
         calls, self._pending_calls = self._pending_calls, []
@@ -145,15 +156,16 @@ class ChatAgent:
             raise self._timeout()
         tools = self.tools if self.protocol == "native" else None
         try:
-            reply: ChatReply = self.client.chat(self.messages, tools, deadline=self.deadline)
+            sent = [{k: v for k, v in m.items() if k != "usage"} for m in self.messages]
+            reply: ChatReply = self.client.chat(sent, tools, deadline=self.deadline)
         except DeadlineExceeded as exc:
             raise EpisodeError(f"{self._timeout()}: {exc}") from None
         message = {"role": "assistant", "content": reply.message.get("content")}
         if self.protocol == "native" and reply.message.get("tool_calls"):
             message["tool_calls"] = list(reply.message["tool_calls"])
             self._pending_calls = message["tool_calls"]
-        self.messages.append(message)
         self.last_turn = {"latency_s": reply.latency_s, **reply.usage}
+        self.messages.append({**message, "usage": self.last_turn})  # "usage" is stripped when sent
         return action_from_reply(message) if self.protocol == "native" else str(message["content"] or "")
 
 
@@ -183,7 +195,9 @@ def build_chat_client(spec: Any, settings: Any, *, concurrency: int, k: int) -> 
     return ChatClient(spec.url, model, api_key=key, policy=policy, concurrency=concurrency, sampling=sampling)
 
 
-def chat_factory(client: ChatClient, settings: Any) -> Callable[[Any, Any], ChatAgent]:
+def chat_factory(
+    client: ChatClient, settings: Any, transcripts: list[dict[str, Any]] | None = None
+) -> Callable[[Any, Any], ChatAgent]:
     """``make_agent(env, job)`` for the scripted-agent runner: one :class:`ChatAgent` per episode."""
     return lambda env, job: ChatAgent(
         client,
@@ -192,4 +206,6 @@ def chat_factory(client: ChatClient, settings: Any) -> Callable[[Any, Any], Chat
         protocol=settings.tool_protocol,
         episode_timeout_s=settings.episode_timeout_s,
         timeout_setting=settings.setting("episode_timeout_s"),
+        transcripts=transcripts,
+        episode_id=f"{job.task.id}#{job.sample}",
     )

@@ -50,6 +50,8 @@ class EvalResult:
     records: list[dict[str, Any]]
     metrics: dict[str, Any]
     episodes: list[Episode] = field(default_factory=list)
+    #: chat agents: each episode's messages as sent and received (written to transcripts.jsonl)
+    transcripts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def make_part_env(part: Part, split: str) -> Any:
@@ -231,7 +233,13 @@ def scripted_factory(spec: AgentSpec, suite: Suite) -> Callable[[Any, Job], Scri
 
 # --------------------------------------------------------------------------- model agents
 def run_model(
-    suite: Suite, jobs: Sequence[Job], spec: AgentSpec, concurrency: int, seed: int, settings: ModelEvalConfig
+    suite: Suite,
+    jobs: Sequence[Job],
+    spec: AgentSpec,
+    concurrency: int,
+    seed: int,
+    settings: ModelEvalConfig,
+    transcripts: list[dict[str, Any]],
 ) -> tuple[list[tuple[Episode, float]], float]:
     """Model agents: chat servers through the scripted-agent path (:mod:`.chat_agent`), token-level
     ones through the rollout engine (HF generator or completions client); also returns the seconds
@@ -243,7 +251,9 @@ def run_model(
         client = build_chat_client(spec, settings, concurrency=concurrency, k=suite.k)
         setup_s = time.perf_counter() - start
         try:
-            return run_scripted(suite, jobs, chat_factory(client, settings), concurrency), setup_s
+            return run_scripted(
+                suite, jobs, chat_factory(client, settings, transcripts), concurrency
+            ), setup_s
         finally:
             client.close()
     from agentrl.eval.model_agent import run_model_jobs
@@ -280,10 +290,11 @@ def evaluate(
     ]
     start = time.perf_counter()
     setup_s = 0.0
+    transcripts: list[dict[str, Any]] = []
     if spec.kind in ("oracle", "random"):
         results = run_scripted(suite_obj, jobs, scripted_factory(spec, suite_obj), concurrency)
     else:
-        results, setup_s = run_model(suite_obj, jobs, spec, concurrency, seed, settings)
+        results, setup_s = run_model(suite_obj, jobs, spec, concurrency, seed, settings, transcripts)
     wall = time.perf_counter() - start - setup_s
     records = [episode_record(suite_obj, job, ep, s) for job, (ep, s) in zip(jobs, results, strict=True)]
     metrics = {
@@ -310,7 +321,7 @@ def evaluate(
         "settings": settings.as_dict() if spec.kind not in ("oracle", "random") else {},
         **aggregate(records, suite_obj.metrics, suite_obj.k),
     }
-    return EvalResult(records, metrics, [ep for ep, _ in results])
+    return EvalResult(records, metrics, [ep for ep, _ in results], transcripts)
 
 
 def _default_out(suite: str, agent: str) -> Path:
@@ -363,6 +374,10 @@ def run_eval(
     out_dir = Path(out) if out is not None else _default_out(suite, agent)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(result.episodes, out_dir / "episodes.jsonl")
+    if result.transcripts:
+        with (out_dir / "transcripts.jsonl").open("w", encoding="utf-8") as handle:
+            for transcript in result.transcripts:
+                handle.write(json.dumps(transcript, ensure_ascii=False, default=str) + "\n")
     report = write_report(result.records, result.metrics, out_dir)
     if as_json:
         print(json.dumps(result.metrics, indent=2, default=str))

@@ -59,6 +59,13 @@ def test_native_tool_calls_score_every_task_of_gaia_as_downloaded(tmp_path: Path
     assert turn.action_text.startswith('<tool_call>{"name": "read_file"')
     assert turn.timings["latency_s"] > 0 and turn.timings["completion_tokens"] == 7
     assert result.metrics["settings"]["tool_protocol"] == "native"
+    # the exact conversation is kept per episode
+    (transcript,) = [t for t in result.transcripts if t["task_id"] == "t-csv"]
+    messages = transcript["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
+    assert messages[3]["tool_call_id"] == "call_t-csv" and "ANSWER=17" in messages[3]["content"]
+    assert messages[4]["content"].endswith("FINAL ANSWER: 17") and messages[4]["usage"]["prompt_tokens"] == 50
+    assert all("usage" not in m for b in server.bodies for m in b["messages"])  # records never go out
 
 
 def test_text_protocol_for_servers_without_tool_calling(tmp_path: Path) -> None:
@@ -124,6 +131,8 @@ def test_cli_user_path_with_a_comma_in_the_data_path(tmp_path: Path) -> None:
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## Tasks with an unavailable attachment (2)" in report
     assert "- t-lfs: t-lfs.docx (lfs pointer)" in report
+    transcripts = (tmp_path / "out" / "transcripts.jsonl").read_text().splitlines()
+    assert len(transcripts) == len(records) and json.loads(transcripts[0])["messages"][0]["role"] == "system"
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["settings"]["sources"]["episode_timeout_s"] == "--episode-timeout-s"
     # no data: a clear error, never the fixture

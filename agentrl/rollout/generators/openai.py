@@ -67,7 +67,7 @@ class OpenAIGenerator(Generator):
         concurrency: int = 32,
         extra_body: dict[str, Any] | None = None,
         breaker_failures: int = 8,
-        timeout_setting: str = "rollout.request_timeout_s",
+        timeout_setting: str = "OpenAIGenerator(timeout_s=...)",
     ):
         self.base_url = base_url.rstrip("/")
         self.model = model
