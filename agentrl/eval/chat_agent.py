@@ -160,7 +160,8 @@ class ChatAgent:
             reply: ChatReply = self.client.chat(sent, tools, deadline=self.deadline)
         except DeadlineExceeded as exc:
             raise EpisodeError(f"{self._timeout()}: {exc}") from None
-        message = {"role": "assistant", "content": reply.message.get("content")}
+        # content "" rather than null: some servers' chat templates cannot render a null content
+        message = {"role": "assistant", "content": reply.message.get("content") or ""}
         if self.protocol == "native" and reply.message.get("tool_calls"):
             message["tool_calls"] = list(reply.message["tool_calls"])
             self._pending_calls = message["tool_calls"]
