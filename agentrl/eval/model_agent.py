@@ -106,10 +106,27 @@ class ModelEvalConfig:
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in SETTING_SOURCES} | {"sources": dict(self.sources)}
 
-    def describe(self) -> str:
+    def unused(self, kind: str) -> dict[str, str]:
+        """Settings the agent ``kind`` does not use, with why (printed, so none is silently ignored)."""
+        if kind == "chat":
+            notes = {"max_context_tokens": "the server keeps its own context limit"}
+            if not self.explicit("max_new_tokens"):
+                notes["max_new_tokens"] = "not sent: the server's own limit applies"
+            return notes
+        remote_only = {"api_key_env": "chat agents only", "tool_protocol": "chat agents only"}
+        if kind == "model":
+            remote_only |= {"request_timeout_s": "remote agents only", "max_retries": "remote agents only"}
+        return remote_only
+
+    def describe(self, kind: str = "chat") -> str:
         """One line per setting with its value and where it came from (printed before a run)."""
+        notes = {name: f"unused: {why}" for name, why in self.unused(kind).items()}
+        if kind == "chat":
+            has_key = bool(os.environ.get(self.api_key_env))
+            notes["api_key_env"] = "set" if has_key else "not set: requests go without an API key"
         return "\n".join(
             f"  {name} = {getattr(self, name)}  ({self.sources.get(name, 'default')})"
+            + (f"  [{notes[name]}]" if name in notes else "")
             for name in SETTING_SOURCES
         )
 

@@ -361,8 +361,13 @@ def run_eval(
     try:
         suite_obj = parse_suite(suite, suite_options)
         resolved = ModelEvalConfig.resolve(**settings)
-        if parse_agent(agent).kind not in ("oracle", "random"):
-            print(f"[eval] model agent settings:\n{resolved.describe()}", file=sys.stderr)
+        kind = parse_agent(agent).kind
+        if kind not in ("oracle", "random"):
+            print(f"[eval] model agent settings:\n{resolved.describe(kind)}", file=sys.stderr)
+        elif settings:
+            print(
+                f"[eval] warning: {', '.join(settings)} unused: {agent} is a scripted agent", file=sys.stderr
+            )
         result = evaluate(
             suite_obj, agent, limit=limit, concurrency=concurrency, seed=seed, settings=resolved
         )
