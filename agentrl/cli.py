@@ -234,6 +234,12 @@ def evaluate(
     api_key_env: str | None = typer.Option(
         None, "--api-key-env", help="Environment variable holding the chat server's API key [OPENAI_API_KEY]."
     ),
+    images: bool | None = typer.Option(
+        None,
+        "--images/--no-images",
+        help="chat agents: send image attachments to the model as image content parts (multimodal models) "
+        "[AGENTRL_EVAL_IMAGES, off].",
+    ),
     tool_protocol: str | None = typer.Option(
         None,
         "--tool-protocol",
@@ -260,6 +266,7 @@ def evaluate(
                 "max_new_tokens": max_new_tokens,
                 "api_key_env": api_key_env,
                 "tool_protocol": tool_protocol,
+                "images": images,
             },
         )
     )

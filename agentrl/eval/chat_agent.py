@@ -8,6 +8,9 @@ tool calls is the action as written (e.g. ``FINAL ANSWER: 42``). Text protocol: 
 the schemas are appended to the system prompt and the assistant's text is the action, for servers
 without native tool calling.
 
+With ``images`` (``--images``), an image attachment goes to the model with the task as an
+``image_url`` content part (a data URI), for multimodal models; ``read_file`` still describes it.
+
 Every request runs under the episode's deadline (``--episode-timeout-s``) and its own timeout
 (``--request-timeout-s``); a hung request costs its own episode only.
 """
@@ -73,6 +76,21 @@ def split_observation(observation: str, names: list[str]) -> list[str] | None:
     return parts
 
 
+def image_data_uri(path: str) -> str | None:
+    """``data:image/...;base64,...`` of an image file, or ``None`` (not an image, absent, LFS pointer)."""
+    import base64
+    import mimetypes
+    from pathlib import Path
+
+    from agentrl.tools.files import IMAGE_SUFFIXES, is_lfs_pointer
+
+    file = Path(path)
+    if not path or file.suffix.lower() not in IMAGE_SUFFIXES or not file.is_file() or is_lfs_pointer(file):
+        return None
+    mime = mimetypes.guess_type(file.name)[0] or "image/png"
+    return f"data:{mime};base64,{base64.b64encode(file.read_bytes()).decode('ascii')}"
+
+
 def text_protocol_system(system_prompt: str, tools: list[dict[str, Any]]) -> str:
     """The system prompt with the tool schemas written out (text protocol)."""
     if not tools:
@@ -94,6 +112,7 @@ class ChatAgent:
         transcripts: where to keep the conversation (``{"episode_id", "task_id", "messages"}``;
             ``messages`` are exactly what was sent and received, with per-turn usage and latency).
         episode_id: this episode's id in ``transcripts``.
+        images: send the task's image attachment (payload ``file_path``) with the task.
     """
 
     def __init__(
@@ -107,6 +126,7 @@ class ChatAgent:
         timeout_setting: str = "--episode-timeout-s",
         transcripts: list[dict[str, Any]] | None = None,
         episode_id: str = "",
+        images: bool = False,
     ):
         if protocol not in PROTOCOLS:
             raise ConfigError("tool_protocol", f"{protocol!r} is not a tool protocol", "use native or text")
@@ -123,6 +143,8 @@ class ChatAgent:
         self._pending_calls: list[dict[str, Any]] = []
         self.transcripts = transcripts
         self.episode_id = episode_id
+        self.images = images
+        self._image: str | None = None  # data URI of this task's image attachment
 
     def reset(self, task: Task) -> None:
         self.tools = list(self._tools_source() if callable(self._tools_source) else self._tools_source)
@@ -132,6 +154,7 @@ class ChatAgent:
         self.messages = [{"role": "system", "content": system}]
         self.deadline = time.monotonic() + self.episode_timeout_s
         self._pending_calls = []
+        self._image = image_data_uri(task.payload.get("file_path") or "") if self.images else None
         if self.transcripts is not None:  # the list object grows as the episode goes on
             self.transcripts.append(
                 {"episode_id": self.episode_id, "task_id": task.id, "messages": self.messages}
@@ -140,7 +163,13 @@ class ChatAgent:
     def _add_observation(self, observation: str) -> None:
         calls, self._pending_calls = self._pending_calls, []
         if not calls:
-            self.messages.append({"role": "user", "content": observation})
+            content: Any = observation
+            if self._image is not None and len(self.messages) == 1:  # the task: text + its image
+                content = [
+                    {"type": "text", "text": observation},
+                    {"type": "image_url", "image_url": {"url": self._image}},
+                ]
+            self.messages.append({"role": "user", "content": content})
             return
         names = [str((c.get("function") or {}).get("name", "")) for c in calls]
         parts = split_observation(observation, names) or [observation] + [SEE_FIRST] * (len(calls) - 1)
@@ -209,4 +238,5 @@ def chat_factory(
         timeout_setting=settings.setting("episode_timeout_s"),
         transcripts=transcripts,
         episode_id=f"{job.task.id}#{job.sample}",
+        images=settings.images,
     )

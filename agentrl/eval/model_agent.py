@@ -32,7 +32,16 @@ SETTING_SOURCES: dict[str, tuple[str, str]] = {
     "max_retries": ("--max-retries", "AGENTRL_EVAL_MAX_RETRIES"),
     "api_key_env": ("--api-key-env", "AGENTRL_EVAL_API_KEY_ENV"),
     "tool_protocol": ("--tool-protocol", "AGENTRL_EVAL_TOOL_PROTOCOL"),
+    "images": ("--images", "AGENTRL_EVAL_IMAGES"),
 }
+
+
+def _parse(kind: type, raw: Any) -> Any:
+    if kind is bool and isinstance(raw, str):
+        if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
+            raise ValueError(raw)
+        return raw.lower() in ("1", "true", "yes")
+    return kind(raw)
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,7 @@ class ModelEvalConfig:
     max_retries: int = 2
     api_key_env: str = "OPENAI_API_KEY"
     tool_protocol: str = "native"
+    images: bool = False  # chat agents: send image attachments as image content parts
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -74,7 +84,7 @@ class ModelEvalConfig:
                 sources[name] = "default"
                 continue
             try:
-                values[name] = kind(raw)
+                values[name] = _parse(kind, raw)
             except ValueError as exc:
                 raise ConfigError(option, f"{raw!r} is not a valid {kind.__name__} ({variable})") from exc
         config = cls(**values, sources=sources)
@@ -113,7 +123,7 @@ class ModelEvalConfig:
             if not self.explicit("max_new_tokens"):
                 notes["max_new_tokens"] = "not sent: the server's own limit applies"
             return notes
-        remote_only = {"api_key_env": "chat agents only", "tool_protocol": "chat agents only"}
+        remote_only = {name: "chat agents only" for name in ("api_key_env", "tool_protocol", "images")}
         if kind == "model":
             remote_only |= {"request_timeout_s": "remote agents only", "max_retries": "remote agents only"}
         return remote_only

@@ -116,6 +116,8 @@ class ScriptedChat:
 
     def _task(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         first_user = next(m["content"] for m in messages if m["role"] == "user")
+        if isinstance(first_user, list):  # content parts: text + image
+            first_user = " ".join(part.get("text", "") for part in first_user)
         return next(r for r in self.records if r["Question"] in first_user)
 
     @staticmethod

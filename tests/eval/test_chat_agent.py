@@ -78,6 +78,24 @@ def test_text_protocol_for_servers_without_tool_calling(tmp_path: Path) -> None:
     assert "Tools (JSON schemas)" in system and '"name": "read_file"' in system
 
 
+def test_image_attachments_as_content_parts(tmp_path: Path) -> None:
+    records = write_gaia_download(tmp_path)
+    server = ScriptedChat(records)
+    result = _run(tmp_path, server, images=True)
+    assert result.metrics["overall"]["success_rate"] == 1.0
+    firsts = {
+        b["messages"][1]["content"][0]["text"] if isinstance(b["messages"][1]["content"], list) else "": b
+        for b in server.bodies
+        if len(b["messages"]) == 2
+    }
+    with_image = [text for text in firsts if text]
+    assert len(with_image) == 1 and "t-png.png" in with_image[0]
+    part = firsts[with_image[0]]["messages"][1]["content"][1]
+    assert part["type"] == "image_url" and part["image_url"]["url"].startswith(
+        "data:image/png;base64,iVBORw0KGgo"
+    )
+
+
 def test_a_hung_request_costs_only_its_own_episode(tmp_path: Path) -> None:
     records = write_gaia_download(tmp_path, hang=True, extra=12)
     server = ScriptedChat(records)
