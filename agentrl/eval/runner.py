@@ -27,7 +27,7 @@ import agentrl
 from agentrl.env import Task
 from agentrl.errors import AgentRLError, ConfigError, EnvError
 from agentrl.eval.agents import AgentSpec, OracleAdapter, RandomAgent, ScriptedAgent, load_oracle, parse_agent
-from agentrl.eval.model_agent import ModelEvalConfig
+from agentrl.eval.model_agent import SETTING_SOURCES, ModelEvalConfig
 from agentrl.eval.report import aggregate, error_lines, failure_bucket, table_lines, write_report
 from agentrl.eval.suites import Part, Suite, parse_suite
 from agentrl.trajectory import Episode, Segment, Turn, write_jsonl
@@ -348,8 +348,6 @@ def run_eval(
     """
     import json
 
-    from agentrl.eval.model_agent import SETTING_SOURCES
-
     settings = {k: v for k, v in (settings or {}).items() if v is not None}
     command = ["agentrl", "eval", "--suite", suite, "--agent", agent]
     for item in suite_options:
@@ -357,7 +355,11 @@ def run_eval(
     command += ["--limit", str(limit)] if limit is not None else []
     command += ["--concurrency", str(concurrency), "--seed", str(seed)]
     for name, value in settings.items():
-        command += [SETTING_SOURCES[name][0], str(value)]
+        option = SETTING_SOURCES[name][0]
+        if isinstance(value, bool):
+            command.append(option if value else option.replace("--", "--no-", 1))
+        else:
+            command += [option, str(value)]
     try:
         suite_obj = parse_suite(suite, suite_options)
         resolved = ModelEvalConfig.resolve(**settings)

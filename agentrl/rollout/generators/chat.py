@@ -14,13 +14,20 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from agentrl.errors import GeneratorError
-from agentrl.rollout.generators.http import CircuitBreaker, RequestPolicy, RequestStats, post_json
+from agentrl.rollout.generators.http import (
+    CircuitBreaker,
+    DeadlineExceeded,
+    RequestPolicy,
+    RequestStats,
+    post_json,
+)
 
 
 @dataclass
@@ -127,7 +134,13 @@ class ChatClient:
         future: Future[ChatReply] = asyncio.run_coroutine_threadsafe(
             self.achat(messages, tools, deadline=deadline), self._ensure_loop()
         )
-        return future.result()
+        # the coroutine enforces the deadline itself; this wait is a backstop, never the first limit
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic()) + 5.0
+        try:
+            return future.result(timeout=wait)
+        except FutureTimeout:
+            future.cancel()
+            raise DeadlineExceeded(f"the episode deadline passed waiting for {self.base_url}") from None
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
