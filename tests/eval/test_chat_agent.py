@@ -244,3 +244,22 @@ def test_completions_client_isolates_requests(tmp_path: Path, mode: str) -> None
         assert all("HTTP 500" in r["error"] for r in by_id.values())
         assert sum("not sending more" in r["error"] for r in by_id.values()) >= len(records) - 8 - 4
         assert server.requests <= (8 + 4) * 3
+
+
+def test_circuit_breaker_fails_fast_then_probes_after_cooldown() -> None:
+    from agentrl.rollout.generators.http import CircuitBreaker, RequestFailed
+
+    now = [100.0]
+    breaker = CircuitBreaker(threshold=2, cooldown_s=30.0, clock=lambda: now[0])  # a clock moved by hand
+    breaker.record(False, "HTTP 500")
+    breaker.check("http://x")  # one failure: still closed
+    breaker.record(False, "HTTP 500")
+    with pytest.raises(RequestFailed, match="the last 2 requests all failed .*HTTP 500"):
+        breaker.check("http://x")
+    now[0] += 31.0
+    breaker.check("http://x")  # the probe goes out
+    with pytest.raises(RequestFailed):
+        breaker.check("http://x")  # ... and only the probe
+    breaker.record(True)
+    breaker.check("http://x")
+    assert not breaker.opened and breaker.failures == 0

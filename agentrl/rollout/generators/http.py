@@ -8,7 +8,8 @@
 - A :class:`CircuitBreaker` shared by all requests to one server opens after ``breaker_failures``
   requests in a row have failed for good (retries spent) with no success in between: later
   requests then fail at once with one clear message instead of each waiting out its retries, so a
-  server that is down costs seconds, not (tasks x retries x backoff).
+  server that is down costs seconds, not (tasks x retries x backoff). After a cooldown one request
+  probes the server again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import asyncio
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,33 +65,49 @@ class DeadlineExceeded(GeneratorError):
 
 
 class CircuitBreaker:
-    """Counts requests that failed for good in a row; opens at ``threshold`` (thread-safe)."""
+    """Counts requests that failed for good in a row; opens at ``threshold`` (thread-safe).
 
-    def __init__(self, threshold: int):
+    While open, requests fail at once; after ``cooldown_s`` one request at a time may probe the
+    server again (a success closes the breaker, a failure keeps it open for another cooldown), so
+    a long run survives a server restart.
+    """
+
+    def __init__(self, threshold: int, cooldown_s: float = 30.0, clock: Callable[[], float] = time.monotonic):
         self.threshold = threshold
+        self.cooldown_s = cooldown_s
+        self.clock = clock
         self.failures = 0
         self.last_error = ""
-        self.opened = False
+        self.opened_at: float | None = None
         self._lock = threading.Lock()
 
+    @property
+    def opened(self) -> bool:
+        return self.opened_at is not None
+
     def check(self, url: str) -> None:
-        if self.opened:
-            raise RequestFailed(
-                f"{url} is failing: the last {self.failures} requests all failed after their retries "
-                f"(last error: {self.last_error}); not sending more. Check that the server runs and "
-                "answers, then run again",
-                retryable=False,
-            )
+        with self._lock:
+            if self.opened_at is None:
+                return
+            if self.clock() - self.opened_at >= self.cooldown_s:
+                self.opened_at = self.clock()  # this request probes; the others keep failing fast
+                return
+        raise RequestFailed(
+            f"{url} is failing: the last {self.failures} requests all failed after their retries "
+            f"(last error: {self.last_error}); not sending more for now. Check that the server runs "
+            "and answers, then run again",
+            retryable=False,
+        )
 
     def record(self, ok: bool, error: str = "") -> None:
         with self._lock:
             if ok:
-                self.failures, self.opened = 0, False
+                self.failures, self.opened_at = 0, None
                 return
             self.failures += 1
             self.last_error = error
             if self.threshold > 0 and self.failures >= self.threshold:
-                self.opened = True
+                self.opened_at = self.clock()
 
 
 class RequestStats:
