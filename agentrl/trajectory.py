@@ -251,9 +251,7 @@ class TokenBatch:
     source: Any  # [B, L] long, Source code per token (-1 on padding)
     fold_id: Any  # [B] long
     row_episode: Any  # [B] long, index into the episode list
-    process_reward: (
-        Any  # [B, L] float, per-token process reward Q (FoldGRPO), from Turn.reward_parts["process"]
-    )
+    process_reward: Any  # [B, L] float, FoldGRPO process reward Q from Turn.process_reward (0 elsewhere)
     entropy: Any | None = None  # [B, L] float sampler entropy where every output turn had it, else None
 
     @property
