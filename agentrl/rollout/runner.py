@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError, EpisodeError
+from agentrl.rollout import process_rewards
 from agentrl.rollout.agent import AgentConfig, EpisodeRun, ModelPolicy, Policy, call_in_executor
 from agentrl.rollout.batcher import Batcher
 from agentrl.rollout.generators.base import Generator
@@ -89,10 +90,11 @@ class RunStats:
     generator_idle_share: float = 0.0
     env_s: float = 0.0
     generate_calls: int = 0
+    process: dict[str, float] = field(default_factory=dict)  # summed "process/*" episode counts
 
     def as_metrics(self) -> dict[str, float]:
         wall = max(self.wall_s, 1e-9)
-        return {
+        return process_rewards.share_metrics(self.process) | {
             "rollout/episodes": float(self.episodes),
             "rollout/failed": float(self.failed),
             "rollout/episodes_per_s": self.episodes / wall,
@@ -152,6 +154,16 @@ class Runner:
             )
         self.config.agent.validate()
         self.config.agent.check_template(tokenizer)
+        self._batcher: Batcher | None = None
+        self.judge = (
+            process_rewards.build_judge(
+                self.config.agent,
+                submit=(lambda ids, sampling: self._batcher.submit(ids, sampling)) if generator else None,  # type: ignore[union-attr]
+                tokenizer=tokenizer,
+            )
+            if self.config.agent.folding == "branch"
+            else None
+        )
         self.policy_version = policy_version
         self.stats = RunStats()
         self._running: dict[int, EpisodeRun] = {}
@@ -185,6 +197,7 @@ class Runner:
             seed=job.seed,
             options=options,
             policy_version=self.policy_version,
+            judge=self.judge,
         )
         self._running[job.index] = run
         self._runs[job.index] = run
@@ -291,7 +304,7 @@ class Runner:
                 jobs.append(_Job(index=index, task=task, group_id=group, seed=job_seed))
         results: list[Episode | None] = [None] * len(jobs)
         stream = _Stream(out_path)
-        batcher = Batcher(self.generator) if self.generator is not None else None
+        batcher = self._batcher = Batcher(self.generator) if self.generator is not None else None
         if self.generator is not None:
             # the learner may have changed the weights in place since the last run
             self.generator.reset_cache()
@@ -336,6 +349,9 @@ class Runner:
         self.stats.turns += len(episode.turns)
         self.stats.generated_tokens += sum(len(t.output_ids) for t in episode.turns)
         self.stats.env_s += episode.timings.get("env_s", 0.0)
+        for key, value in episode.metrics.items():
+            if key.startswith("process/"):
+                self.stats.process[key] = self.stats.process.get(key, 0.0) + value
 
     def run(self, tasks: Sequence[Any], **kwargs: Any) -> list[Episode]:
         """Synchronous wrapper over :meth:`arun`."""
