@@ -137,7 +137,9 @@ class Runner:
         policy_factory: Callable[[], Policy] | None = None,
         config: RunnerConfig | None = None,
         policy_version: int = 0,
+        judge: process_rewards.ScopeJudge | None = None,
     ):
+        """``judge``: a custom branch-scope judge (folding=branch); default: the one rollout.scope_judge names."""
         if (generator is None) == (policy_factory is None):
             raise ConfigError("rollout", "give exactly one of generator or policy_factory")
         self.env = env
@@ -155,7 +157,7 @@ class Runner:
         self.config.agent.validate()
         self.config.agent.check_template(tokenizer)
         self._batcher: Batcher | None = None
-        self.judge = (
+        self.judge = judge or (
             process_rewards.build_judge(
                 self.config.agent,
                 submit=(lambda ids, sampling: self._batcher.submit(ids, sampling)) if generator else None,  # type: ignore[union-attr]
@@ -453,6 +455,7 @@ def run_episodes(
     out_path: str | Path | None = None,
     policy_version: int = 0,
     stats: RunStats | None = None,
+    judge: process_rewards.ScopeJudge | None = None,
     **overrides: Any,
 ) -> list[Episode]:
     """Run episodes for ``tasks`` (Task, dict, task id, or None for a seeded random task).
@@ -467,6 +470,7 @@ def run_episodes(
         seeds: per-task reset seeds (default ``seed + job index``).
         out_path: stream finished episodes to this ``.jsonl`` (or ``.parquet`` at the end).
         stats: a :class:`RunStats` to fill (throughput, generator idle share, failures).
+        judge: a custom branch-scope judge for FoldGRPO's out-of-scope penalty (folding=branch).
         **overrides: RunnerConfig fields (``concurrency=``, ``group_size=``, ``progress=`` ...).
 
     Returns:
@@ -487,6 +491,7 @@ def run_episodes(
         policy_factory=policy_factory,
         config=runner_config,
         policy_version=policy_version,
+        judge=judge,
     )
     episodes = runner.run(tasks, seeds=seeds, seed=seed, out_path=out_path)
     if stats is not None:
