@@ -378,7 +378,7 @@ async def assign_process_rewards(
                 hit = sum(v < 0 for v in values)
                 counts[kind] += hit
                 if hit:
-                    turn.reward_parts[f"process/{kind}"] = float(sum(values))
+                    turn.reward_parts[f"process/{kind}"] = math.fsum(values)
             generated += n
             penalised += sum(v < 0 for v in q)
     episode.metrics.update({f"process/{kind}_tokens": float(c) for kind, c in counts.items()})

@@ -278,3 +278,42 @@ def test_policy_judge_needs_a_generator(tokenizer):
             config(scope_judge="policy"),
             policy_factory=lambda: OraclePolicy(LookupOracle(), tokenizer),
         )
+
+
+def test_agentrl_play_shows_process_rewards_per_token(tmp_path):
+    """The user path: ``agentrl play --folding branch --json`` on the real search env."""
+    from typer.testing import CliRunner
+
+    from agentrl.cli import app
+
+    script = tmp_path / "actions.txt"
+    script.write_text(
+        branch("find the capital", "Search for the capital of the country.")
+        + "\n"
+        + '<tool_call>{"name": "search", "arguments": {"qury": "capital"}}</tool_call>\n'
+        + give_back("The weather is sunny")
+        + "\n<answer>Paris</answer>\n"
+    )
+    args = ["play", "agentrl/Search-v0", "--task-id", "search-0-a195183c332a", "--split", "train"]
+    args += ["--script", str(script), "--folding", "branch", "--set", "unfolded_threshold=0.2", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    turns = record["turns"]
+    assert [(t["thread"], t["kind"]) for t in turns] == [
+        ("main", "branch"),
+        ("branch 1", "action"),
+        ("branch 1", "return"),
+        ("main", "action"),
+    ]
+    q = [t["process_reward"] for t in turns]
+    assert set(q[0]) == {0.0}  # branch-creating turn: exempt although past 0.2 x 2048 tokens
+    assert q[1] == pytest.approx([-1.2] * len(q[1]))  # failed call (bad argument) in an out-of-scope branch
+    assert q[2] == pytest.approx([-0.2] * len(q[2]))  # the return: out of scope only
+    assert q[3] == [-1.0] * len(q[3])  # main thread past the threshold
+    assert turns[1]["error"] == "tool call failed: search (bad_arguments)"
+    assert turns[3]["reward_parts"] == {"process/unfolded": -len(q[3])}
+    metrics = record["metrics"]
+    assert metrics["process/penalised_tokens"] == len(q[1]) + len(q[2]) + len(q[3])
+    bad = CliRunner().invoke(app, [*args[:-3], "--set", "unfolded_threshold=2", "--json"])
+    assert bad.exit_code == 2 and "rollout.unfolded_threshold" in bad.output
