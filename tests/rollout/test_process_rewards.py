@@ -54,15 +54,15 @@ SCRIPT = [
 ]
 
 
-def scripted(tokenizer) -> ScriptedGenerator:
-    """Turn k writes SCRIPT[k]; judge prompts (scope_judge=policy) get a verdict."""
+def scripted(tokenizer, answer: str = "v4") -> ScriptedGenerator:
+    """Turn k writes SCRIPT[k] (the last one answers ``answer``); judge prompts (scope_judge=policy) get a verdict."""
     turn = {"k": 0}
 
     def respond(prompt: str, _call: int) -> str:
         if JUDGE_MARK in prompt:
             return "<error> it reported the weather" if "Paris weather" in prompt else "<good> on task"
         turn["k"] += 1
-        return SCRIPT[turn["k"] - 1][1]
+        return SCRIPT[turn["k"] - 1][1].replace("v4</answer>", f"{answer}</answer>")
 
     return ScriptedGenerator(tokenizer, respond)
 
@@ -72,8 +72,8 @@ def config(**agent) -> RunnerConfig:
     return RunnerConfig(agent=AgentConfig(**agent), concurrency=1, progress=False)
 
 
-def run(tokenizer, stats: RunStats | None = None, judge=None, **agent):
-    gen = scripted(tokenizer)
+def run(tokenizer, stats: RunStats | None = None, judge=None, answer: str = "v4", **agent):
+    gen = scripted(tokenizer, answer)
     (episode,) = run_episodes(
         make_lookup_env, ["k4"], gen, tokenizer, config(**agent), stats=stats, judge=judge
     )
@@ -317,3 +317,37 @@ def test_agentrl_play_shows_process_rewards_per_token(tmp_path):
     assert metrics["process/penalised_tokens"] == len(q[1]) + len(q[2]) + len(q[3])
     bad = CliRunner().invoke(app, [*args[:-3], "--set", "unfolded_threshold=2", "--json"])
     assert bad.exit_code == 2 and "rollout.unfolded_threshold" in bad.output
+
+
+def test_foldgrpo_advantage_reads_the_recorded_penalties(tokenizer):
+    """Producer to consumer: recorded Q -> TokenBatch.process_reward -> FoldGRPO's estimator.
+
+    A group of two rollouts of the same script, one right (R=1) and one wrong (R=0): mean 0.5,
+    sample std sqrt(0.5). The right one's clean tokens get (1 - 0.5)/std, its failed-call tokens
+    (Q=-1) (0 - 0.5)/std, its out-of-scope tokens (Q=-0.2) (0.8 - 0.5)/std; the wrong one gets
+    (0 - 0.5)/std everywhere, penalties or not (clip(R + Q, 0, 1) = 0).
+    """
+    import torch
+
+    from agentrl.algos.advantages import foldgrpo
+
+    right = run(tokenizer, unfolded_threshold=1.0)
+    wrong = run(tokenizer, unfolded_threshold=1.0, answer="v9")
+    assert (right.outcome, wrong.outcome) == (1.0, 0.0)
+    batch = build_batch([right, wrong])
+    adv = foldgrpo(
+        torch.tensor([right.outcome, wrong.outcome]),
+        batch.row_episode,
+        batch.process_reward,
+        torch.tensor([0, 0]),
+    )  # [B, L]
+    std = 0.5**0.5
+    q = batch.process_reward
+    trained = batch.loss_mask.bool()
+    mine = trained & (batch.row_episode == 0)[:, None]
+    theirs = trained & (batch.row_episode == 1)[:, None]
+    assert q[mine].unique().tolist() == pytest.approx([-1.0, -0.2, 0.0])  # every rule fired
+    for value, expected in ((0.0, 0.5 / std), (-1.0, -0.5 / std)):
+        assert torch.allclose(adv[mine & (q == value)], torch.tensor(expected), atol=1e-5)
+    assert torch.allclose(adv[mine & (q < 0) & (q > -1)], torch.tensor(0.3 / std), atol=1e-5)
+    assert q[theirs].min() < 0 and torch.allclose(adv[theirs], torch.tensor(-0.5 / std), atol=1e-5)
