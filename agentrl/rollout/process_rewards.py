@@ -355,9 +355,10 @@ async def assign_process_rewards(
     Returns the judge's verdict per branch fold id (empty without a judge).
     """
     verdicts: dict[int, ScopeVerdict] = {}
-    if judge is not None:
-        for fold_id, case in branch_cases(episode).items():
-            verdicts[fold_id] = await judge.judge(case)
+    if judge is not None:  # all branches at once: one judge timeout bounds the wait, not one per branch
+        cases = branch_cases(episode)
+        found = await asyncio.gather(*(judge.judge(case) for case in cases.values()))
+        verdicts = dict(zip(cases, found, strict=True))
     main = next((s for s in episode.segments if s.kind == "main"), None)
     unfolded = _unfolded(main, config) if main is not None else {}
     counts = dict.fromkeys(KINDS, 0)
