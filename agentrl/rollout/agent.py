@@ -277,18 +277,7 @@ class EpisodeRun:
                 if isinstance(value, int | float):
                     usage[key] = usage.get(key, 0.0) + float(value)
         turn.sandbox_usage = usage or None
-        failed = [
-            f"{c.get('name')} ({c.get('error_kind') or 'error'})"
-            for c in turn.tool_calls
-            if c.get("ok") is False
-        ]
-        malformed = [
-            kind for kind in info.get("action_problems", []) if kind != "no_action"
-        ]  # void is no call
-        problems = ([f"tool call failed: {', '.join(failed)}"] if failed else []) + (
-            [f"malformed action: {', '.join(malformed)}"] if malformed else []
-        )
-        turn.error = "; ".join(problems) or None
+        turn.error = process_rewards.action_error(turn.tool_calls, info)
 
     # ------------------------------------------------------------------ the episode
     async def run(self) -> Episode:

@@ -117,6 +117,21 @@ def describe(settings: Any) -> str:
     )
 
 
+def action_error(tool_calls: list[dict[str, Any]], info: Mapping[str, Any]) -> str | None:
+    """What failed in an env step's action (``Turn.error``, read by the failure penalty), or None.
+
+    A tool call that returned an error (``ok`` false) or a malformed action (the env's
+    ``action_problems``); a void turn (``no_action``: no call at all) is not a failed call.
+    """
+    failed = [
+        f"{c.get('name')} ({c.get('error_kind') or 'error'})" for c in tool_calls if c.get("ok") is False
+    ]
+    malformed = [kind for kind in info.get("action_problems", []) if kind != "no_action"]
+    problems = [f"tool call failed: {', '.join(failed)}"] if failed else []
+    problems += [f"malformed action: {', '.join(malformed)}"] if malformed else []
+    return "; ".join(problems) or None
+
+
 # --------------------------------------------------------------------------- scope judges
 @dataclass(frozen=True)
 class BranchCase:
