@@ -62,10 +62,22 @@ def play(
         None, help="Replay actions from a file (one per line; \\n escapes allowed)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the transcript as JSON."),
+    folding: str = typer.Option(
+        "none",
+        help="With --script: replay through the agent with this context folding (branch: FoldGRPO "
+        "branch/return, with per-token process rewards in the transcript).",
+    ),
+    rollout_set: list[str] = typer.Option(
+        [], "--set", help="With --folding: rollout settings, e.g. --set unfolded_threshold=0.2 (repeatable)."
+    ),
+    model: str = typer.Option("smollm2-135m", help="With --folding: the tokenizer (chat template) to use."),
 ) -> None:
     """Play an environment in the terminal, or replay scripted actions and print the transcript."""
     import agentrl
 
+    if folding != "none":
+        _play_folded(env_id, script, task_id, split, seed, folding, rollout_set, model, as_json)
+        return
     env = agentrl.make(env_id)
     options: dict[str, Any] = {}
     if task_id is not None:
@@ -76,9 +88,7 @@ def play(
     transcript: list[dict[str, Any]] = [{"observation": obs, "info": _jsonable(info)}]
     actions = None
     if script is not None:
-        actions = [
-            line.rstrip("\n").replace("\\n", "\n") for line in script.read_text().splitlines() if line.strip()
-        ]
+        actions = _read_actions(script)
     if not as_json:
         unwrapped = env.unwrapped
         typer.echo(f"[system] {unwrapped.system_prompt}")
@@ -121,6 +131,59 @@ def play(
     env.close()
     if as_json:
         typer.echo(json.dumps(transcript, indent=2, ensure_ascii=False))
+
+
+def _read_actions(script: Path) -> list[str]:
+    """One action per non-blank line; ``\\n`` escapes become newlines."""
+    lines = script.read_text().splitlines()
+    return [line.rstrip("\n").replace("\\n", "\n") for line in lines if line.strip()]
+
+
+def _play_folded(env_id: str, script: Path | None, task_id: str | None, split: str | None, seed: int | None,
+                 folding: str, rollout_set: list[str], model: str, as_json: bool) -> None:  # fmt: skip
+    """``agentrl play --folding ...``: scripted actions through the agent; turns with process rewards."""
+    import agentrl
+    from agentrl.config import RunConfig, load_config
+    from agentrl.errors import ConfigError
+    from agentrl.rollout.model import load_tokenizer
+    from agentrl.rollout.oracle_agent import replay_through_agent, turn_records
+
+    if script is None or task_id is None:
+        raise typer.BadParameter("--folding replays a --script on one --task-id; give both")
+    overrides = [f"rollout.folding={folding}", *(f"rollout.{item}" for item in rollout_set)]
+    try:
+        rollout = load_config(None, overrides, cls=RunConfig).rollout
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    actions = _read_actions(script)
+    probe = agentrl.make(env_id)
+    task = probe.unwrapped.get_task(task_id, split)
+    probe.close()
+    episode = replay_through_agent(env_id, actions, task, rollout, load_tokenizer(model), seed=seed)
+    record = {
+        "episode_id": episode.episode_id,
+        "task_id": episode.task_id,
+        "outcome": episode.outcome,
+        "terminated": episode.terminated,
+        "truncated": episode.truncated,
+        "answer": episode.answer,
+        "error": episode.error,
+        "metrics": episode.metrics,
+        "turns": turn_records(episode),
+    }
+    if as_json:
+        typer.echo(json.dumps(_jsonable(record), indent=2, ensure_ascii=False))
+        return
+    for row in record["turns"]:
+        q = row["process_reward"] or []
+        hit = sum(v < 0 for v in q)
+        typer.echo(f"[turn {row['turn']} {row['thread']} {row['kind']}] {row['action']}")
+        if row["observation"]:
+            typer.echo(f"[observation] {row['observation']}")
+        parts = f"{row['reward_parts'] or ''} {row['error'] or ''}"
+        typer.echo(f"[process] {hit}/{len(q)} tokens penalised {parts}")
+    typer.echo(f"[outcome] {episode.outcome}  [answer] {episode.answer!r}  [error] {episode.error}")
+    typer.echo(f"[metrics] {json.dumps(episode.metrics)}")
 
 
 @sandbox_app.command("build")

@@ -118,8 +118,26 @@ class RolloutConfig:
     """What the watchdog does with a stalled episode: cancel (record it as failed) | retry (fresh env, up to max_retries)."""
     max_retries: int = 1
     """With watchdog_action=retry: re-runs of a stalled episode."""
+    unfolded_penalty: float = -1.0
+    """With folding=branch: FoldGRPO process reward Q on each main-thread token generated once the main context is past unfolded_threshold (branch-creating turns exempt); paper: -1."""
+    unfolded_threshold: float = 0.5
+    """With folding=branch: fraction of max_context_tokens past which main-thread tokens get unfolded_penalty; paper: 0.5."""
+    failure_penalty: float = -1.0
+    """With folding=branch: Q on each token of a turn whose tool call failed (tool error, malformed call, misplaced branch/return); paper: -1."""
+    scope_penalty: float = -0.2
+    """With folding=branch: Q on each token of a branch the scope judge finds went beyond its sub-task; paper: -0.2."""
+    scope_judge: str = "rule"
+    """With folding=branch: who judges branch scope: rule (content-word rules, no model) | policy (the rollout's own generator) | openai (an OpenAI-compatible server at scope_judge_url; the paper used GPT-5-nano) | none."""
+    scope_judge_url: str | None = None
+    """With scope_judge=openai: the server's base URL (e.g. http://127.0.0.1:8000/v1)."""
+    scope_judge_model: str = ""
+    """With scope_judge=openai: model name to request ("" = the first one the server lists)."""
+    scope_judge_timeout_s: float = 30.0
+    """Timeout of one scope-judge call (an LLM judge that fails or times out fails its episode)."""
 
     def validate(self, prefix: str) -> None:
+        from agentrl.rollout.process_rewards import check_settings
+
         _choice(f"{prefix}.backend", self.backend, ("hf", "vllm", "openai"))
         _choice(f"{prefix}.folding", self.folding, ("none", "branch", "summary"))
         _choice(f"{prefix}.template_mode", self.template_mode, ("auto", "concat", "per_turn"))
@@ -135,6 +153,7 @@ class RolloutConfig:
                 raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.temperature <= 5.0:
             raise ConfigError(f"{prefix}.temperature", f"must be in [0, 5], got {self.temperature}")
+        check_settings(self, prefix)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentrl.errors import ConfigError
-from agentrl.rollout import folding
+from agentrl.rollout import folding, process_rewards
 from agentrl.rollout.generators.base import GenerationOutput, SamplingParams
 from agentrl.rollout.template import ChatFormat, conformance
 from agentrl.trajectory import Episode, Segment, Source, Turn
@@ -69,9 +69,19 @@ class AgentConfig:
     template_mode: str = "auto"  # auto | concat | per_turn
     tool_schemas: bool = True  # render the tools' JSON schemas into the system prompt
     seed: int | None = None
+    # FoldGRPO process rewards (folding=branch); defaults are the paper's, see RolloutConfig
+    unfolded_penalty: float = -1.0
+    unfolded_threshold: float = 0.5
+    failure_penalty: float = -1.0
+    scope_penalty: float = -0.2
+    scope_judge: str = "rule"  # rule | policy | openai | none
+    scope_judge_url: str | None = None
+    scope_judge_model: str = ""
+    scope_judge_timeout_s: float = 30.0
 
     def validate(self) -> None:
         """Raise ConfigError naming the field for bad values."""
+        process_rewards.check_settings(self)
         choices = {"folding": ("none", "branch", "summary"), "template_mode": ("auto", "concat", "per_turn")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -181,8 +191,12 @@ class EpisodeRun:
         seed: int | None = None,
         options: dict[str, Any] | None = None,
         policy_version: int = 0,
+        judge: process_rewards.ScopeJudge | None = None,
     ):
         config.validate()
+        if judge is None and config.folding == "branch":
+            judge = process_rewards.build_judge(config)  # rule / openai / none ("policy" needs the runner's)
+        self.judge = judge
         self.env = env
         self.policy = policy
         self.tokenizer = tokenizer
@@ -263,9 +277,20 @@ class EpisodeRun:
                 if isinstance(value, int | float):
                     usage[key] = usage.get(key, 0.0) + float(value)
         turn.sandbox_usage = usage or None
+        turn.error = process_rewards.action_error(turn.tool_calls, info)
 
     # ------------------------------------------------------------------ the episode
     async def run(self) -> Episode:
+        """Play the episode; with folding=branch, then score its process rewards (FoldGRPO Q)."""
+        episode = await self._play()
+        if self.config.folding == "branch":
+            self.progress.touch("judge")
+            rules = process_rewards.ProcessRewardConfig.from_settings(self.config)
+            await process_rewards.assign_process_rewards(episode, rules, self.judge)
+            self.progress.touch("done")
+        return episode
+
+    async def _play(self) -> Episode:
         cfg = self.config
         obs, info = await self._env(self.env.reset, seed=self.seed, options=self.options)
         inner = self.env.unwrapped
@@ -344,6 +369,7 @@ class EpisodeRun:
                     else folding.BRANCH_LIMIT
                 )
                 turn.observation = message
+                turn.error = f"{fold.name} call refused: {message}"
                 self._set_obs(fmt, turn, [fmt.obs_message(message)], [int(Source.TOOL)])
                 current.add(turn)
                 observation = message

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError, EpisodeError
+from agentrl.rollout import process_rewards
 from agentrl.rollout.agent import AgentConfig, EpisodeRun, ModelPolicy, Policy, call_in_executor
 from agentrl.rollout.batcher import Batcher
 from agentrl.rollout.generators.base import Generator
@@ -91,10 +92,11 @@ class RunStats:
     generator_idle_share: float = 0.0
     env_s: float = 0.0
     generate_calls: int = 0
+    process: dict[str, float] = field(default_factory=dict)  # summed "process/*" episode counts
 
     def as_metrics(self) -> dict[str, float]:
         wall = max(self.wall_s, 1e-9)
-        return {
+        return process_rewards.share_metrics(self.process) | {
             "rollout/episodes": float(self.episodes),
             "rollout/failed": float(self.failed),
             "rollout/episodes_per_s": self.episodes / wall,
@@ -137,7 +139,9 @@ class Runner:
         policy_factory: Callable[[], Policy] | None = None,
         config: RunnerConfig | None = None,
         policy_version: int = 0,
+        judge: process_rewards.ScopeJudge | None = None,
     ):
+        """``judge``: a custom branch-scope judge (folding=branch); default: the one rollout.scope_judge names."""
         if (generator is None) == (policy_factory is None):
             raise ConfigError("rollout", "give exactly one of generator or policy_factory")
         self.env = env
@@ -154,6 +158,16 @@ class Runner:
             )
         self.config.agent.validate()
         self.config.agent.check_template(tokenizer)
+        self._batcher: Batcher | None = None
+        self.judge = judge or (
+            process_rewards.build_judge(
+                self.config.agent,
+                submit=(lambda ids, sampling: self._batcher.submit(ids, sampling)) if generator else None,  # type: ignore[union-attr]
+                tokenizer=tokenizer,
+            )
+            if self.config.agent.folding == "branch"
+            else None
+        )
         self.policy_version = policy_version
         self.stats = RunStats()
         self._running: dict[int, EpisodeRun] = {}
@@ -187,6 +201,7 @@ class Runner:
             seed=job.seed,
             options=options,
             policy_version=self.policy_version,
+            judge=self.judge,
         )
         self._running[job.index] = run
         self._runs[job.index] = run
@@ -293,7 +308,7 @@ class Runner:
                 jobs.append(_Job(index=index, task=task, group_id=group, seed=job_seed))
         results: list[Episode | None] = [None] * len(jobs)
         stream = _Stream(out_path)
-        batcher = Batcher(self.generator) if self.generator is not None else None
+        batcher = self._batcher = Batcher(self.generator) if self.generator is not None else None
         if self.generator is not None:
             # the learner may have changed the weights in place since the last run
             self.generator.reset_cache()
@@ -338,6 +353,9 @@ class Runner:
         self.stats.turns += len(episode.turns)
         self.stats.generated_tokens += sum(len(t.output_ids) for t in episode.turns)
         self.stats.env_s += episode.timings.get("env_s", 0.0)
+        for key, value in episode.metrics.items():
+            if key.startswith("process/"):
+                self.stats.process[key] = self.stats.process.get(key, 0.0) + value
 
     def run(self, tasks: Sequence[Any], **kwargs: Any) -> list[Episode]:
         """Synchronous wrapper over :meth:`arun`."""
@@ -439,6 +457,7 @@ def run_episodes(
     out_path: str | Path | None = None,
     policy_version: int = 0,
     stats: RunStats | None = None,
+    judge: process_rewards.ScopeJudge | None = None,
     **overrides: Any,
 ) -> list[Episode]:
     """Run episodes for ``tasks`` (Task, dict, task id, or None for a seeded random task).
@@ -453,6 +472,7 @@ def run_episodes(
         seeds: per-task reset seeds (default ``seed + job index``).
         out_path: stream finished episodes to this ``.jsonl`` (or ``.parquet`` at the end).
         stats: a :class:`RunStats` to fill (throughput, generator idle share, failures).
+        judge: a custom branch-scope judge for FoldGRPO's out-of-scope penalty (folding=branch).
         **overrides: RunnerConfig fields (``concurrency=``, ``group_size=``, ``progress=`` ...).
 
     Returns:
@@ -473,6 +493,7 @@ def run_episodes(
         policy_factory=policy_factory,
         config=runner_config,
         policy_version=policy_version,
+        judge=judge,
     )
     episodes = runner.run(tasks, seeds=seeds, seed=seed, out_path=out_path)
     if stats is not None:

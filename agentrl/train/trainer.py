@@ -208,6 +208,10 @@ def train(config: RunConfig) -> dict[str, Any]:
     rank0 = world()[0] == 0
     logger = MetricsLogger(out_dir, enabled=rank0, wandb=train_cfg.wandb, run_config=to_dict(config),
                            resume=resume_from is not None)  # fmt: skip
+    if config.rollout.folding == "branch":
+        from agentrl.rollout.process_rewards import describe
+
+        logger.console.print(describe(config.rollout))
     evaluate = _evaluator(config, rollouts, policy, logger)
 
     # supervised warm-up on oracle demonstrations (fresh runs only: a checkpoint already has it)
