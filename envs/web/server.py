@@ -381,11 +381,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--n-products", type=int, default=1500)
-    parser.add_argument("--data-dir", default="auto", help='folder with webshop/, "auto" or "none"')
+    parser.add_argument(
+        "--data-dir", default="auto", help='folder with webshop/, "auto" (the shipped files) or "builtin"'
+    )
     parser.add_argument("--watch-parent", action="store_true", help="exit when the parent process dies")
     args = parser.parse_args(argv)
 
-    data_dir = None if args.data_dir == "none" else args.data_dir
+    data_dir = "builtin" if args.data_dir == "none" else args.data_dir
     catalog = Catalog(seed=args.seed, n_products=args.n_products, data_dir=data_dir)
     app = create_app(catalog)
     sock = listen_socket(args.host, args.port)
