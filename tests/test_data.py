@@ -80,7 +80,7 @@ def _tracked_tree(dest: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_non_editable_install_evaluates_from_any_directory(tmp_path) -> None:
+def test_a_non_editable_install_evaluates_from_any_directory(tmp_path, sandbox_backend) -> None:
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.fail("this test copies the checkout's files with git; run it from a git checkout")
     source = _tracked_tree(tmp_path / "clone")
@@ -102,8 +102,9 @@ def test_a_non_editable_install_evaluates_from_any_directory(tmp_path) -> None:
         "{'math': 3, 'search_qa': 7, 'webshop': 3}",
     ]
     cli = "import sys; from agentrl.cli import main; sys.argv[0] = 'agentrl'; main()"
-    for suite, tasks in (("search-qa-real", 2), ("webshop", 2), ("math", 6)):  # math: 3 parts x 2
-        argv = ["eval", "--suite", suite, "--agent", "oracle", "--limit", "2", "--json", "--out", str(tmp_path / suite)]  # fmt: skip
+    math = f"math:sandbox_backend={sandbox_backend}"  # 3 parts x 2 tasks
+    for suite, tasks in (("search-qa-real", 2), ("webshop", 2), (math, 6)):
+        argv = ["eval", "--suite", suite, "--agent", "oracle", "--limit", "2", "--json", "--out", str(tmp_path / suite[:4])]  # fmt: skip
         out = subprocess.run(
             [sys.executable, "-c", cli, *argv], cwd=elsewhere, env=env, capture_output=True, text=True
         )
