@@ -30,7 +30,8 @@ print(f"numpy AVX-512 targets still on: {on or 'none'}; torch CPU capability: {c
 assert not on and capability in ("AVX2", "DEFAULT"), "AVX-512 is still on"
 EOF
 .venv/bin/python -m pytest -q -p no:cacheprovider -m "not docker and not gpu" \
-  tests/search tests/web/test_web_env.py tests/web/test_catalog.py tests/web/test_oracle.py \
+  tests/search/test_retrievers.py tests/search/test_ranking.py tests/search/test_qa.py \
+  tests/search/test_search_env.py tests/web/test_web_env.py tests/web/test_catalog.py tests/web/test_oracle.py \
   tests/train/test_learner.py tests/code/test_code_scoring.py || rc=1
 unset NPY_DISABLE_CPU_FEATURES ATEN_CPU_CAPABILITY ONEDNN_MAX_CPU_ISA MKL_ENABLE_INSTRUCTIONS OPENBLAS_CORETYPE
 echo "#23 part 1 took $(( $(date +%s) - start )) s"
