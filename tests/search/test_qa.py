@@ -119,3 +119,15 @@ def test_remote_retriever_needs_a_url_and_works_with_one(fixture_dir) -> None:
         obs, *_ = env.step(tool_call("search", query="Port Lidiark", k=2))
         assert obs.startswith('Results for "Port Lidiark":\n[1] d000064 | Port Lidiark')
         env.close()
+
+
+def test_gold_oracle_scores_every_real_row() -> None:
+    from agentrl.env import play_policy
+    from agentrl.envs.search.oracle import GoldQAOracle
+
+    env = agentrl.make("agentrl/SearchQA-v0", sources=["bamboogle"])  # the shipped file
+    tasks = env.unwrapped.tasks("test")
+    assert len(tasks) == 125
+    rewards = [play_policy(env, GoldQAOracle(), task=task)[0] for task in tasks]
+    assert rewards == [1.0] * 125  # the gold answer parses and scores EM 1 on every row
+    env.close()
