@@ -21,11 +21,11 @@ from pathlib import Path
 from agentrl.env import Task
 from agentrl.envs.gaia.base import GaiaBaseEnv
 from agentrl.errors import ConfigError, EnvError
-from agentrl.paths import REPO_ROOT
 
 REQUIRED_FIELDS = ("task_id", "Question", "Level", "Final answer")
-#: Used when neither ``data_dir`` nor AGENTRL_GAIA_DIR is given, so the env runs in a source checkout.
-FIXTURE_DIR = REPO_ROOT / "tests" / "fixtures" / "gaia" / "2023"
+#: Used when neither ``data_dir`` nor AGENTRL_GAIA_DIR is given: a 6-task fixture in GAIA's layout
+#: (made by ``data/fixture/make_fixture.py``, shipped as package data; GAIA itself is gated).
+FIXTURE_DIR = Path(__file__).resolve().parent / "data" / "fixture" / "2023"
 
 
 def resolve_data_dir(data_dir: str | Path | None) -> Path:
