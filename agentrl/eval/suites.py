@@ -172,6 +172,7 @@ _register(
         success="em",
         metrics=("em", "f1"),
         subset=_source,
+        oracle="agentrl.envs.search.oracle:GoldQAOracle",  # answers the gold answer: a pipeline check
     )
 )
 _register(

@@ -27,12 +27,11 @@ from pathlib import Path
 from agentrl.env import Task
 from agentrl.envs.gaia.base import GaiaBaseEnv
 from agentrl.errors import ConfigError, EnvError
-from agentrl.paths import REPO_ROOT
 from agentrl.tools.files import is_lfs_pointer
 
 REQUIRED_FIELDS = ("task_id", "Question", "Level", "Final answer")
 #: The bundled 6-task fixture in GAIA's layout, used only with ``data_dir=fixture``.
-FIXTURE_DIR = REPO_ROOT / "tests" / "fixtures" / "gaia" / "2023"
+FIXTURE_DIR = Path(__file__).resolve().parent / "data" / "fixture" / "2023"  # shipped as package data
 WHERE_DATA_GOES = (
     "download GAIA (huggingface.co/datasets/gaia-benchmark/GAIA, gated; `git lfs pull` for the "
     "attachments) and pass data_dir=PATH (e.g. --suite gaia --suite-option data_dir=~/GAIA/2023) or set "

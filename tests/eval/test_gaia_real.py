@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import agentrl
-from agentrl.envs.gaia.real import GaiaRealEnv, load_gaia_split
+from agentrl.envs.gaia.real import FIXTURE_DIR, GaiaRealEnv, load_gaia_split
 from agentrl.errors import ConfigError, EnvError
 
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "gaia" / "2023"
+FIXTURE = FIXTURE_DIR  # shipped with agentrl.envs.gaia
 
 
 def test_loader_reads_metadata_and_hides_annotator_metadata() -> None:
