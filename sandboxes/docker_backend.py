@@ -107,9 +107,15 @@ class DockerTransport:
             pass
 
 
+def tmpfs_inodes(limits: Limits) -> int:
+    """Inode cap of each tmpfs: one per 4 KiB of its size (a million empty files cost kernel memory)."""
+    return max(1024, limits.work_tmpfs_mb * 256)
+
+
 class DockerSandbox(AgentSandbox):
-    """A sandbox in a Docker container: no network, read-only root, tmpfs work dir, non-root user,
-    no capabilities, no-new-privileges, memory/pids/CPU limits, only read-only host mounts.
+    """A sandbox in a Docker container: no network, read-only root, tmpfs work dir (size and inode
+    caps), non-root user, no capabilities, no-new-privileges, memory/pids/CPU limits, a private IPC
+    namespace, only read-only host mounts.
 
     Args:
         image: image tag; defaults to the recipe-built ``agentrl-sandbox:<hash>``.
@@ -129,7 +135,7 @@ class DockerSandbox(AgentSandbox):
 
         client = docker_client()
         limits = self.limits
-        tmpfs_opts = f"size={limits.work_tmpfs_mb}m,exec"
+        tmpfs_opts = f"size={limits.work_tmpfs_mb}m,nr_inodes={tmpfs_inodes(limits)},exec"
         host_config = client.api.create_host_config(
             network_mode=limits.network or "none",
             read_only=True,
