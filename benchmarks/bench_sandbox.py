@@ -117,14 +117,21 @@ def bench_backend(backend: str, quick: bool, sub_p50: float, sub_rate: dict[int,
     return rows
 
 
-PLANT = ["sh", "-c", "mkdir -p d/e && echo x > d/e/f && chmod 500 d && echo y > /tmp/t && echo z > /dev/shm/s"]
+PLANT = [
+    "sh",
+    "-c",
+    "mkdir -p d/e && echo x > d/e/f && chmod 500 d && echo y > /tmp/t && echo z > /dev/shm/s",
+]
 
 
-def lease_latency(backend: str, concurrency: int, episodes: int, episode_s: float) -> list[Row]:
+def lease_latency(
+    backend: str, concurrency: int, episodes: int, episode_s: float, reset: str = "auto"
+) -> list[Row]:
     """Lease + first exec latency of a pool of ``concurrency`` boxes under as many episode threads."""
     latencies: list[float] = []
     errors: list[BaseException] = []
-    with SandboxPool(backend, size=concurrency) as pool:
+    kwargs = {} if reset == "main" else {"reset": reset}  # "main": before issue 22 (no reset= yet)
+    with SandboxPool(backend, size=concurrency, **kwargs) as pool:
 
         def worker() -> None:
             try:
@@ -148,8 +155,9 @@ def lease_latency(backend: str, concurrency: int, episodes: int, episode_s: floa
         stats = pool.stats
     if errors:
         raise RuntimeError(f"{len(errors)} episode thread(s) failed: {errors[0]!r}") from errors[0]
+    mode = getattr(pool, "reset", reset)
     note = f"{len(latencies)} leases in {wall:.1f} s; pool stats {stats}"
-    label = f"{backend}: lease + first exec, {concurrency} concurrent"
+    label = f"{backend} ({mode}): lease + first exec, {concurrency} concurrent"
     return [
         Row(f"{label} p50", median(latencies) * 1e3, "ms", note=note),
         Row(f"{label} p99", percentile(latencies, 99) * 1e3, "ms"),
@@ -159,19 +167,35 @@ def lease_latency(backend: str, concurrency: int, episodes: int, episode_s: floa
 def main() -> None:
     args_parser = parser(__doc__.splitlines()[0])
     args_parser.add_argument("--backends", default="docker,bwrap", help="comma-separated backends to measure")
-    args_parser.add_argument("--only", choices=["all", "lease"], default="all", help="lease: only the pool rows")
-    args_parser.add_argument("--concurrency", default=None, help="concurrent episodes (default 1,32; quick 1,4)")
-    args_parser.add_argument("--episodes", type=int, default=None, help="episodes per thread (default 8; quick 2)")
-    args_parser.add_argument("--episode-s", type=float, default=0.5, help="seconds each episode holds its box")
+    args_parser.add_argument(
+        "--only", choices=["all", "lease"], default="all", help="lease: only the pool rows"
+    )
+    args_parser.add_argument(
+        "--concurrency", default=None, help="concurrent episodes (default 1,32; quick 1,4)"
+    )
+    args_parser.add_argument(
+        "--episodes", type=int, default=None, help="episodes per thread (default 8; quick 2)"
+    )
+    args_parser.add_argument(
+        "--episode-s", type=float, default=0.5, help="seconds each episode holds its box"
+    )
+    args_parser.add_argument(
+        "--resets", default="auto", help="pool reset modes to compare, e.g. scrub,recycle (main: old pool)"
+    )
     args = args_parser.parse_args()
     levels = [int(n) for n in (args.concurrency or ("1,4" if args.quick else "1,32")).split(",")]
     episodes = args.episodes or (2 if args.quick else 8)
     if args.only == "lease":
         rows = []
         for backend in args.backends.split(","):
-            for level in levels:
-                rows += lease_latency(backend.strip(), level, episodes, args.episode_s)
-        print_table(rows, f"sandbox pool lease latency ({episodes} episodes per thread, {args.episode_s} s each)")
+            for reset in args.resets.split(","):
+                if reset == "scrub" and backend.strip() != "docker":
+                    continue
+                for level in levels:
+                    rows += lease_latency(backend.strip(), level, episodes, args.episode_s, reset)
+        print_table(
+            rows, f"sandbox pool lease latency ({episodes} episodes per thread, {args.episode_s} s each)"
+        )
         write_json(args.json_path, "sandbox", rows, args.quick)
         return
     sizes = (1, 2) if args.quick else (1, 2, 4)

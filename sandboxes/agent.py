@@ -567,7 +567,9 @@ def open_confined(path, flags, mode):
             if exc.errno == 40:  # ELOOP: the last component is a symlink
                 raise ValueError(f"path {path!r} is a symlink; symlinks are not followed") from exc
             if exc.errno in (6, 21):  # ENXIO (FIFO without a peer, socket), EISDIR
-                raise ValueError(not_regular(path, os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False))) from exc
+                raise ValueError(
+                    not_regular(path, os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False))
+                ) from exc
             raise
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -721,7 +723,9 @@ def observable_state(agent):
     state["trees"] = {root: tree(root) for root in CLEAN_DIRS}
     state["sysv"] = {kind: sysv_ids(kind) for kind in IPC_KINDS}
     state["mqueues"] = sorted(os.listdir(MQUEUE_DIR)) if os.path.isdir(MQUEUE_DIR) else None
-    state["processes"] = sorted(pid for pid, (_, st) in process_table().items() if pid != os.getpid() and st != "Z")
+    state["processes"] = sorted(
+        pid for pid, (_, st) in process_table().items() if pid != os.getpid() and st != "Z"
+    )
     state["sessions"] = sorted(agent.sessions)
     return state
 
@@ -729,7 +733,9 @@ def observable_state(agent):
 def leftovers(agent):
     """What a reset failed to remove, compared with the state recorded when the box started."""
     state = observable_state(agent)
-    problems = [f"{root} still holds {len(entries)} entries" for root, entries in state["trees"].items() if entries]
+    problems = [
+        f"{root} still holds {len(entries)} entries" for root, entries in state["trees"].items() if entries
+    ]
     for root, now in state["roots"].items():
         was = ORIGINAL.get(root)
         if was is not None and now != was:

@@ -211,7 +211,9 @@ class BwrapSandbox(AgentSandbox):
             try:
                 self.cgroup = BoxCgroup(self.cgroup_version, self.limits.memory_mb << 20, self.limits.pids)
             except OSError as exc:
-                raise SandboxError(f"could not make the bwrap box's cgroup ({self.cgroup_note}): {exc}") from exc
+                raise SandboxError(
+                    f"could not make the bwrap box's cgroup ({self.cgroup_note}): {exc}"
+                ) from exc
         argv = self._command()
         if self.cgroup is not None:
             argv = self.cgroup.wrap(argv)

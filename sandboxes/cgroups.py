@@ -78,7 +78,10 @@ class BoxCgroup:
                     os.mkdir(pids_dir)
                     self.dirs.append(pids_dir)
                     _write(os.path.join(pids_dir, "pids.max"), str(pids))
-                self.oom_file = (os.path.join(memory, "memory.oom_control"), f"{ROOT}/memory/memory.oom_control")
+                self.oom_file = (
+                    os.path.join(memory, "memory.oom_control"),
+                    f"{ROOT}/memory/memory.oom_control",
+                )
         except OSError:
             self.remove()
             raise

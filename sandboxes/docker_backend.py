@@ -225,7 +225,9 @@ class DockerSandbox(AgentSandbox):
             if exc.status_code != 409:  # 409: auto-remove is already removing it
                 raise SandboxError(f"could not remove sandbox container {container_id[:12]}: {exc}") from exc
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise SandboxError(f"the Docker engine did not answer while removing {container_id[:12]}: {exc}") from exc
+            raise SandboxError(
+                f"the Docker engine did not answer while removing {container_id[:12]}: {exc}"
+            ) from exc
 
 
 def one_shot_container(argv: list[str], image: str | None = None, memory_mb: int = 512) -> bytes:

@@ -59,15 +59,17 @@ class PoolStats:
 
 
 class SandboxPool:
-    """Thread-safe pool of at most ``size`` sandboxes of one backend.
+    """Thread-safe pool of sandboxes of one backend: ``size`` leased at most, plus ``spares``.
 
     Args:
         backend: ``"auto"``, ``"docker"`` or ``"bwrap"`` (see :func:`make_sandbox`).
-        size: most sandboxes alive at once (boxes being prepared count); ``lease`` waits when all
-            are leased.
+        size: most sandboxes leased at once; ``lease`` waits when all are leased.
+        spares: boxes kept started beyond ``size`` (being prepared counts), so a lease finds one
+            ready while the box it replaces is still being recycled; default 1 per 8 of ``size``
+            (at least 1) with ``reset="recycle"``, 0 with ``"scrub"`` (a scrub takes milliseconds).
         max_uses: leases before a sandbox is replaced by a fresh one.
         max_lifetime_s: age after which a sandbox is replaced.
-        prewarm: start all ``size`` sandboxes now, in parallel (else on first demand).
+        prewarm: start all ``size + spares`` sandboxes now, in parallel (else on first demand).
         reset: ``"auto"``, ``"scrub"`` (Docker only) or ``"recycle"``; see the module docstring.
         **limits: :class:`~agentrl.sandboxes.base.Limits` fields (``memory_mb``, ``pids``, ...).
     """
@@ -82,6 +84,7 @@ class SandboxPool:
         prewarm: bool = True,
         image: str | None = None,
         reset: str = "auto",
+        spares: int | None = None,
         **limits: Any,
     ):
         from agentrl.sandboxes import make_sandbox, resolve_backend
@@ -98,19 +101,26 @@ class SandboxPool:
                 "or 'auto'): a scrub cannot give them a fresh user namespace and keyrings"
             )
         self.size = size
+        if spares is None:
+            spares = max(1, size // 8) if self.reset == "recycle" else 0
+        if spares < 0:
+            raise SandboxError(f"pool spares must be 0 or more, got {spares}")
+        self.spares = spares
         self.max_uses = max_uses
         self.max_lifetime_s = max_lifetime_s
         self._make = lambda: make_sandbox(self.backend, image=image, **limits)
         self._idle: collections.deque[AgentSandbox] = collections.deque()
         self._uses: dict[AgentSandbox, int] = {}
-        self._count = 0  # boxes alive or being prepared
+        self._count = 0  # boxes alive or being prepared, at most size + spares
+        self._leased = 0
         self._renewing = 0  # boxes being made clean (or replaced) in the background
         self._closed = False
         self._cond = threading.Condition()
-        self._workers = ThreadPoolExecutor(max_workers=min(size, 8), thread_name_prefix="sandbox-pool")
+        workers = min(size + spares, 64)  # mostly waiting on the boxes, not computing
+        self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox-pool")
         self.stats = PoolStats()
         if prewarm:
-            futures = [self._workers.submit(self._new) for _ in range(size)]
+            futures = [self._workers.submit(self._new) for _ in range(size + spares)]
             warm, errors = [], []
             for future in futures:
                 try:
@@ -154,11 +164,13 @@ class SandboxPool:
             while True:
                 if self._closed:
                     raise SandboxError("the sandbox pool is closed")
-                if self._idle:
+                if self._leased < self.size and self._idle:
                     sandbox: AgentSandbox | None = self._idle.popleft()
+                    self._leased += 1
                     break
-                if self._count < self.size:
+                if self._leased < self.size and self._count < self.size + self.spares:
                     self._count += 1
+                    self._leased += 1
                     sandbox = None
                     break
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -173,7 +185,8 @@ class SandboxPool:
         except BaseException:
             with self._cond:
                 self._count -= 1
-                self._cond.notify()
+                self._leased -= 1
+                self._cond.notify_all()
             raise
 
     def _checked(self, sandbox: AgentSandbox) -> AgentSandbox:
@@ -197,7 +210,9 @@ class SandboxPool:
         with self._cond:
             self.stats.lost += lost
             self._uses[sandbox] = self._uses.get(sandbox, 0) + 1
+            self._leased -= 1
             closed = self._closed
+            self._cond.notify_all()
         if not closed:
             with self._cond:
                 self._renewing += 1
@@ -210,7 +225,7 @@ class SandboxPool:
         self._discard(sandbox)
         with self._cond:
             self._count -= 1
-            self._cond.notify()
+            self._cond.notify_all()
 
     def _renew(self, sandbox: AgentSandbox) -> None:
         """Background: make ``sandbox`` clean for the next lease, or put a new box in its place."""
@@ -242,16 +257,19 @@ class SandboxPool:
         elif self.reset == "recycle":
             with self._cond:
                 self.stats.recycled += 1
-        self._discard(sandbox)
+        if not sandbox.alive or self.reset == "scrub":  # free its memory before starting another
+            self._discard(sandbox)
         try:
             fresh = self._new()
         except SandboxError as exc:
             with self._cond:
                 self.stats.start_failures += 1
                 self._count -= 1
-                self._cond.notify()
+                self._cond.notify_all()
             log.error("could not start a replacement sandbox (the pool is one short): %s", exc)
             return
+        finally:
+            self._discard(sandbox)  # recycled: only now, so the new box is ready sooner
         self._put_back(fresh)
 
     def _put_back(self, sandbox: AgentSandbox) -> None:
@@ -261,7 +279,7 @@ class SandboxPool:
                 self._count -= 1
             else:
                 self._idle.append(sandbox)
-            self._cond.notify()
+            self._cond.notify_all()
         if closed:
             self._discard(sandbox)
 

@@ -9,6 +9,7 @@ brand-new box (same listing, modes, IPC, keys, processes, environment).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 
@@ -229,7 +230,10 @@ print("held")
             "while True:\n    s = libc.shmget(0, 32 << 20, 0o1000 | 0o600)\n"
             "    ctypes.memset(libc.shmat(s, None, 0), 1, 32 << 20)",
         ),
-        ("tmpfs", "import os\nwhile True: open(f'/dev/shm/{os.urandom(8).hex()}', 'wb').write(b'x' * (1 << 20))"),
+        (
+            "tmpfs",
+            "import os\nwhile True: open(f'/dev/shm/{os.urandom(8).hex()}', 'wb').write(b'x' * (1 << 20))",
+        ),
     ],
 )
 def test_memory_the_watchdog_cannot_see_is_limited(backend, what, code):
@@ -286,7 +290,7 @@ def test_file_transfer_refuses_special_files_at_once(backend, kind):
     with make_sandbox(backend, **TEST_LIMITS) as box:
         assert box.exec(make, timeout=10).exit_code == 0
         for path in ("special", "/tmp/special"):
-            for call in (lambda: box.get_file(path), lambda: box.put_file(path, b"data")):
+            for call in (functools.partial(box.get_file, path), functools.partial(box.put_file, path, b"x")):
                 started = time.monotonic()
                 with pytest.raises(SandboxError, match=f"is a {'FIFO' if kind == 'fifo' else 'socket'}"):
                     call()
@@ -300,7 +304,9 @@ def test_a_reset_that_cannot_verify_replaces_the_box_loudly(caplog):
     with SandboxPool("docker", size=1, **TEST_LIMITS) as pool:
         with pool.lease() as first:
             deep = "/".join(["d"] * 1100)
-            assert box_ok(first.exec(["sh", "-c", f"mkdir -p {deep} && echo {SECRET} > {deep}/x"], timeout=60))
+            assert box_ok(
+                first.exec(["sh", "-c", f"mkdir -p {deep} && echo {SECRET} > {deep}/x"], timeout=60)
+            )
         with next_lease(pool) as box:
             assert box is not first
             assert box.exec(["ls", "-A", "/work"], timeout=10).stdout == ""
@@ -311,4 +317,3 @@ def test_a_reset_that_cannot_verify_replaces_the_box_loudly(caplog):
 def box_ok(result) -> bool:
     assert result.exit_code == 0, result
     return True
-
