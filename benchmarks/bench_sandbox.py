@@ -128,7 +128,8 @@ def lease_latency(
     backend: str, concurrency: int, episodes: int, episode_s: float, reset: str = "auto"
 ) -> list[Row]:
     """Lease + first exec latency of a pool of ``concurrency`` boxes under as many episode threads."""
-    latencies: list[float] = []
+    latencies: list[float] = []  # lease + first exec
+    waits: list[float] = []  # the lease alone: waiting for a clean, health-checked box
     errors: list[BaseException] = []
     kwargs = {} if reset == "main" else {"reset": reset}  # "main": before issue 22 (no reset= yet)
     with SandboxPool(backend, size=concurrency, **kwargs) as pool:
@@ -138,6 +139,7 @@ def lease_latency(
                 for _ in range(episodes):
                     start = time.perf_counter()
                     with pool.lease(timeout=600) as box:
+                        waits.append(time.perf_counter() - start)
                         box.exec(PRINT1, timeout=30)
                         latencies.append(time.perf_counter() - start)
                         box.exec(PLANT, timeout=30)
@@ -161,6 +163,12 @@ def lease_latency(
     return [
         Row(f"{label} p50", median(latencies) * 1e3, "ms", note=note),
         Row(f"{label} p99", percentile(latencies, 99) * 1e3, "ms"),
+        Row(f"{backend} ({mode}): lease alone, {concurrency} concurrent p50", median(waits) * 1e3, "ms"),
+        Row(
+            f"{backend} ({mode}): lease alone, {concurrency} concurrent p99",
+            percentile(waits, 99) * 1e3,
+            "ms",
+        ),
     ]
 
 
