@@ -131,6 +131,17 @@ def sandbox_build(force: bool = typer.Option(False, help="Rebuild even if the ca
     typer.echo(build_image(force=force))
 
 
+@sandbox_app.command("doctor")
+def sandbox_doctor(
+    backends: str = typer.Option("docker,bwrap", help="Comma-separated backends to check."),
+    as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
+) -> None:
+    """Measure which limits each sandbox backend enforces on this host (exit 1 if one does not)."""
+    from agentrl.sandboxes.doctor import main
+
+    raise typer.Exit(main(backends.split(","), as_json=as_json))
+
+
 @sandbox_app.command("run")
 def sandbox_run(
     file: Path = typer.Argument(..., help="A Python file to run."),
@@ -195,7 +206,9 @@ def evaluate(
         ..., help="Suite name: local-gaia, webshop, search-qa, search-qa-real, sql, math, ..."
     ),
     agent: str = typer.Option("oracle", help="oracle | random | model name/path | openai:URL[#model]."),
-    limit: int | None = typer.Option(None, help="At most this many tasks per part (a seeded sample spread over subsets)."),
+    limit: int | None = typer.Option(
+        None, help="At most this many tasks per part (a seeded sample spread over subsets)."
+    ),
     concurrency: int = typer.Option(4, help="Episodes at once."),
     seed: int = typer.Option(0, help="Seed."),
     out: Path | None = typer.Option(None, help="Directory for records, metrics and the report."),
