@@ -3,11 +3,12 @@
 The host's ``/usr`` is bound read-only (so the sandbox runs the host's ``python3``), the work dir
 and ``/tmp`` are size-capped tmpfs, there is no network (a fresh, empty net namespace), a private
 IPC namespace with its own ``/dev/mqueue``, no host env vars and no other host path. As root, each
-box gets its own memory+pids+CPU cgroup (``cgroups.py``: v1 or v2), whose memory counter also
-charges tmpfs, SysV shm, memfds and kernel memory; without one, memory is an RSS watchdog plus
-``RLIMIT_AS`` (blind to shm and tmpfs) and the CPU share is not limited (only each exec's timeout
-is). Processes are also ``RLIMIT_NPROC`` on a dedicated uid. bwrap cannot set tmpfs options besides ``--size``, so the
-number of inodes is bounded only by the memory cgroup. ``agentrl sandbox doctor`` measures it all.
+box gets its own memory+pids cgroup (``cgroups.py``: v1 or v2), whose memory counter also charges
+tmpfs, SysV shm, memfds and kernel memory; without one, memory is an RSS watchdog plus
+``RLIMIT_AS`` (blind to shm and tmpfs). Processes are also ``RLIMIT_NPROC`` on a dedicated uid.
+The CPU share is not limited (only each exec's timeout is; ``cgroups.py`` says why). bwrap
+cannot set tmpfs options besides ``--size``, so the number of inodes is bounded only by the memory
+cgroup. ``agentrl sandbox doctor`` measures it all.
 """
 
 from __future__ import annotations
@@ -209,8 +210,7 @@ class BwrapSandbox(AgentSandbox):
         self._stderr = tempfile.TemporaryFile()
         if self.cgroup_version is not None:
             try:
-                limits = self.limits
-                self.cgroup = BoxCgroup(self.cgroup_version, limits.memory_mb << 20, limits.pids, limits.cpus)
+                self.cgroup = BoxCgroup(self.cgroup_version, self.limits.memory_mb << 20, self.limits.pids)
             except OSError as exc:
                 raise SandboxError(
                     f"could not make the bwrap box's cgroup ({self.cgroup_note}): {exc}"

@@ -257,20 +257,20 @@ class SandboxPool:
         elif self.reset == "recycle":
             with self._cond:
                 self.stats.recycled += 1
-        if not sandbox.alive or self.reset == "scrub":  # free its memory before starting another
+        if not sandbox.alive or self.reset == "scrub":  # a broken box: free its memory first
             self._discard(sandbox)
         try:
             fresh = self._new()
-        except SandboxError as exc:
+        except Exception as exc:  # any failure: the slot must be given back, and said so
+            self._discard(sandbox)
             with self._cond:
                 self.stats.start_failures += 1
                 self._count -= 1
                 self._cond.notify_all()
             log.error("could not start a replacement sandbox (the pool is one short): %s", exc)
             return
-        finally:
-            self._discard(sandbox)  # recycled: only now, so the new box is ready sooner
-        self._put_back(fresh)
+        self._put_back(fresh)  # ready for the next lease before the old box is even removed
+        self._discard(sandbox)
 
     def _put_back(self, sandbox: AgentSandbox) -> None:
         with self._cond:
