@@ -317,3 +317,27 @@ def test_a_reset_that_cannot_verify_replaces_the_box_loudly(caplog):
 def box_ok(result) -> bool:
     assert result.exit_code == 0, result
     return True
+
+
+@pytest.mark.bwrap
+def test_bwrap_pool_recycles_and_leaves_no_cgroup_behind():
+    import glob
+    import os
+
+    from agentrl.sandboxes.cgroups import cgroup_support
+
+    with pytest.raises(SandboxError, match="reset='scrub' is for Docker"):
+        SandboxPool("bwrap", size=1, reset="scrub")
+    with pytest.raises(SandboxError, match="pool reset must be one of"):
+        SandboxPool("bwrap", size=1, reset="wipe")
+    mine = f"/sys/fs/cgroup/*/agentrl/box-{os.getpid()}-*"
+    with SandboxPool("bwrap", size=1, **TEST_LIMITS) as pool:
+        with pool.lease() as first:
+            pass
+        with next_lease(pool) as second:
+            assert second is not first and not first.alive  # a new box; the old one is gone
+            if cgroup_support()[0] is not None:
+                assert second.cgroup is not None and len(glob.glob(mine)) >= 1
+        pool.wait_ready()
+        assert pool.stats.recycled == 2 and pool.stats.reset_failures == 0
+    assert glob.glob(mine) == []  # every box's cgroup went with it
