@@ -120,6 +120,10 @@ class SandboxPool:
         workers = min(size + spares, 64)  # mostly waiting on the boxes, not computing
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox-pool")
         self.stats = PoolStats()
+        log.info(
+            "sandbox pool: backend=%s size=%d spares=%d reset=%s max_uses=%d max_lifetime_s=%g",
+            self.backend, size, spares, self.reset, max_uses, max_lifetime_s,
+        )  # fmt: skip
         if prewarm:
             futures = [self._workers.submit(self._new) for _ in range(size + spares)]
             warm, errors = [], []
