@@ -194,6 +194,17 @@ def sandbox_build(force: bool = typer.Option(False, help="Rebuild even if the ca
     typer.echo(build_image(force=force))
 
 
+@sandbox_app.command("doctor")
+def sandbox_doctor(
+    backends: str = typer.Option("docker,bwrap", help="Comma-separated backends to check."),
+    as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
+) -> None:
+    """Measure which limits each sandbox backend enforces on this host (exit 1 if one does not)."""
+    from agentrl.sandboxes.doctor import main
+
+    raise typer.Exit(main(backends.split(","), as_json=as_json))
+
+
 @sandbox_app.command("run")
 def sandbox_run(
     file: Path = typer.Argument(..., help="A Python file to run."),
