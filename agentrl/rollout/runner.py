@@ -44,6 +44,7 @@ class RunnerConfig:
     watchdog_action: str = "cancel"  # cancel | retry
     max_retries: int = 1
     progress: bool = True
+    on_episode: Callable[[Episode], None] | None = None  # called as each episode ends (trainer progress)
     env_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -308,6 +309,8 @@ class Runner:
             stream.write(episode)
             self._account(episode)
             display.advance()
+            if cfg.on_episode is not None:
+                cfg.on_episode(episode)
 
         watchdog = asyncio.create_task(self._watchdog())
         try:
