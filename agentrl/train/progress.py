@@ -8,7 +8,7 @@
 Every phase (model load, warm-up, each RL step's rollout / learner / eval) shows what it has done,
 the last loss or reward, the time elapsed and an ETA for the phase. When stdout is not a terminal
 (``| tee``, CI, nohup) each phase prints plain lines: one per step where a step is a unit of work
-(``per_step=True``), and in any case one at least every ``every_s`` seconds (10 s by default)
+(``per_step=True``), and in any case one at least every ``every_s`` seconds (20 s by default)
 from a heartbeat thread, so a slow step never looks like a hang. On a terminal a rich progress bar
 is drawn instead. Every line also goes to ``out_dir/train.log``, flushed as it is written, and
 everything printed through :attr:`RunProgress.console` (the trainer's metric lines and tables) is
@@ -78,7 +78,7 @@ class RunProgress:
     """
 
     def __init__(self, out_dir: str | Path | None = None, *, enabled: bool = True, stream: IO[str] | None = None,
-                 tty: bool | None = None, every_s: float = 10.0, append: bool = False):  # fmt: skip
+                 tty: bool | None = None, every_s: float = 20.0, append: bool = False):  # fmt: skip
         self.enabled = enabled
         self.stream = stream or sys.stdout
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) if tty is None else tty
