@@ -78,3 +78,18 @@ def test_rank_other_than_zero_prints_nothing(tmp_path):
         phase.advance(loss=1.0)
     progress.print("hello")
     assert out.getvalue() == "" and not (tmp_path / "train.log").exists()
+
+
+def test_on_a_terminal_a_bar_is_drawn_and_the_log_still_gets_plain_lines(tmp_path):
+    out = io.StringIO()
+    progress = RunProgress(tmp_path, stream=out, tty=True, every_s=60)
+    with progress.phase("warm-up", 2) as phase:
+        phase.advance(loss=1.5)
+        phase.advance(loss=1.0)
+    progress.close()
+    assert "\x1b[" in out.getvalue() and "━" in out.getvalue()  # rich's bar, with terminal codes
+    log = (tmp_path / "train.log").read_text().splitlines()
+    assert log[0].startswith("warm-up:  step 1/2  loss=1.5  elapsed ") and log[-1].startswith(
+        "warm-up:  step 2/2"
+    )
+    assert "\x1b" not in "".join(log)
