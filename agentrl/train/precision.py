@@ -12,8 +12,9 @@ and :func:`decide` picks the faster one:
 2. otherwise ``[rows, 128]`` tokens the same way: bf16 wins only when it is at least
    ``MIN_GAIN`` x faster.
 
-``true``/``false`` in the config skip the probe. The decision (both timings, the reason) is printed
-by the trainer and saved in ``summary.json`` and ``resolved_config.yaml``.
+``true``/``false`` in the config skip the probe. With several ranks, every rank uses rank 0's
+decision. The decision (both timings, the reason) is printed by the trainer and saved in
+``summary.json`` and ``resolved_config.yaml``.
 """
 
 from __future__ import annotations
@@ -186,7 +187,18 @@ def resolve_bf16(setting: bool | str, model: nn.Module, rows: int = 2) -> Decisi
         )
     if setting != "auto":
         raise ValueError(f"train.bf16_autocast must be true, false or auto, got {setting!r}")
-    return probe_bf16(model, rows)
+    return _same_on_every_rank(probe_bf16(model, rows))
+
+
+def _same_on_every_rank(decision: Decision) -> Decision:
+    """Rank 0's measured decision on every rank (each rank's own timing could differ)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return decision
+    shared = [decision]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]
 
 
 __all__ = ["Decision", "Timing", "cpu_name", "decide", "probe_bf16", "resolve_bf16"]
