@@ -45,6 +45,7 @@ class RunnerConfig:
     watchdog_action: str = "cancel"  # cancel | retry
     max_retries: int = 1
     progress: bool = True
+    on_episode: Callable[[Episode], None] | None = None  # called as each episode ends (trainer progress)
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     #: the name of the episode-timeout setting where the user is (error messages name it)
     timeout_setting: str = "rollout.episode_timeout_s"
@@ -325,6 +326,8 @@ class Runner:
             stream.write(episode)
             self._account(episode)
             display.advance()
+            if cfg.on_episode is not None:
+                cfg.on_episode(episode)
 
         watchdog = asyncio.create_task(self._watchdog())
         try:

@@ -15,6 +15,7 @@ TINY_RUN = [
     "rollout.max_context_tokens=1024",
     "algo.entropy_coef=0.05", "algo.kl_coef=0.01", "train.lr=1e-3", "train.minibatch_size=2", "train.micro_batch_size=1",
     "train.eval_episodes=1", "train.num_threads=1", "train.seed=3",
+    "train.bf16_autocast=false",  # not auto: runs compared for exact equality need one precision
 ]  # fmt: skip
 
 
