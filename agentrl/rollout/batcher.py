@@ -4,11 +4,17 @@ Episodes (and HTTP clients of ``agentrl serve``) each ask for one continuation a
 :class:`Batcher` collects the requests that arrive while the generator is busy (or within a short
 window), groups them by sampling parameters and runs one batched call in a worker thread, so the
 event loop stays free for environment steps, the watchdog and the progress display.
+
+Per-request seeds (``SamplingParams.seed``, set per episode turn by the runner) do not split
+batches: a generator with per-row streams (``supports_row_seeds``, the HF backend) gets them as
+``seeds=``, so each request's continuation is the same whatever it was batched with; other
+backends sample batch-wise and the seeds are dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -83,7 +89,7 @@ class Batcher:
                 pending.append(self._queue.get_nowait())
             groups: dict[SamplingParams, list[_Request]] = {}
             for request in pending:
-                groups.setdefault(request.sampling, []).append(request)
+                groups.setdefault(dataclasses.replace(request.sampling, seed=None), []).append(request)
             for sampling, requests in groups.items():
                 for start in range(0, len(requests), self.max_batch_size):
                     await self._run(sampling, requests[start : start + self.max_batch_size])
@@ -93,8 +99,12 @@ class Batcher:
         if not live:
             return
         t0 = time.perf_counter()
+        seeds = [r.sampling.seed for r in live]
         try:
-            outputs = await self.generator.agenerate([r.prompt for r in live], sampling)
+            if self.generator.supports_row_seeds and any(s is not None for s in seeds):
+                outputs = await self.generator.agenerate([r.prompt for r in live], sampling, seeds=seeds)
+            else:
+                outputs = await self.generator.agenerate([r.prompt for r in live], sampling)
         except asyncio.CancelledError:
             for r in live:
                 if not r.future.done():

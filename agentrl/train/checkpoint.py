@@ -15,6 +15,7 @@ random stream as one that was never interrupted.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from pathlib import Path
@@ -22,6 +23,24 @@ from typing import Any
 
 import numpy as np
 import torch
+
+
+def seed_everything(seed: int, *, strict: bool = False) -> None:
+    """Seed Python, NumPy and torch; with ``strict``, also make torch refuse nondeterministic kernels.
+
+    CPU runs are bit-reproducible without ``strict`` (same machine, same thread count). On GPU,
+    some kernels (atomics in scatter/index_add backward, cuBLAS split-K) are not; ``strict`` turns
+    on ``torch.use_deterministic_algorithms`` (an op without a deterministic kernel then raises
+    instead of silently differing), deterministic cuDNN, and cuBLAS's fixed workspace.
+    """
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if strict:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
 
 
 def rng_state() -> dict[str, Any]:
@@ -101,4 +120,4 @@ def load_checkpoint(path: str | Path, engine: Any) -> tuple[int, dict[str, Any]]
     return int(record["step"]), record["trainer"]
 
 
-__all__ = ["latest_checkpoint", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state"]
+__all__ = ["latest_checkpoint", "load_checkpoint", "rng_state", "save_checkpoint", "seed_everything", "set_rng_state"]

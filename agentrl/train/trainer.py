@@ -22,14 +22,15 @@ import torch
 
 from agentrl.config import RunConfig, load_config, to_dict
 from agentrl.errors import AgentRLError, ConfigError
-from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agentrl.rollout.generators.base import derive_seed
+from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, seed_everything
 from agentrl.train.engines import make_engine, world
 from agentrl.train.fields import LazyScores, StepData
 from agentrl.train.igscore import GoldAnswerScorer, learner_continuation_scorer
 from agentrl.train.learner import build_policy, is_peft
 from agentrl.train.metrics import MetricsLogger
 from agentrl.train.update import compute_advantages, ppo_update, score_tokens
-from agentrl.trajectory import Episode, build_batch
+from agentrl.trajectory import Episode, build_batch, write_jsonl
 
 
 # --------------------------------------------------------------------------- pieces of the loop
@@ -180,9 +181,7 @@ def train(config: RunConfig) -> dict[str, Any]:
     train_cfg, algo = config.train, config.algo
     if train_cfg.num_threads > 0:
         torch.set_num_threads(train_cfg.num_threads)
-    random.seed(train_cfg.seed)
-    np.random.seed(train_cfg.seed)
-    torch.manual_seed(train_cfg.seed)
+    seed_everything(train_cfg.seed, strict=train_cfg.deterministic)
     out_dir = Path(train_cfg.out_dir)
     resume_from = latest_checkpoint(out_dir) if train_cfg.resume else None
 
@@ -246,9 +245,12 @@ def train(config: RunConfig) -> dict[str, Any]:
         policy.eval()
         t0 = time.perf_counter()
         episodes, rollout_stats = rollouts.run(
-            [rollouts.train_tasks[i] for i in picked], seed=train_cfg.seed * 100_003 + step, version=step,
-            group_size=config.rollout.group_size,
+            [rollouts.train_tasks[i] for i in picked], seed=derive_seed(train_cfg.seed, "rollout", step),
+            version=step, group_size=config.rollout.group_size,
         )  # fmt: skip
+        if train_cfg.save_episodes and rank0:
+            (out_dir / "episodes").mkdir(parents=True, exist_ok=True)
+            write_jsonl(episodes, out_dir / "episodes" / f"step-{step + 1:06d}.jsonl")
         rollout_s = time.perf_counter() - t0
         metrics = {**episode_metrics(episodes), **rollout_stats, "perf/rollout_s": rollout_s}
         kept, filter_stats = filter_episodes(episodes, config)
