@@ -120,4 +120,11 @@ def load_checkpoint(path: str | Path, engine: Any) -> tuple[int, dict[str, Any]]
     return int(record["step"]), record["trainer"]
 
 
-__all__ = ["latest_checkpoint", "load_checkpoint", "rng_state", "save_checkpoint", "seed_everything", "set_rng_state"]
+__all__ = [
+    "latest_checkpoint",
+    "load_checkpoint",
+    "rng_state",
+    "save_checkpoint",
+    "seed_everything",
+    "set_rng_state",
+]

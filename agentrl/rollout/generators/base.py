@@ -91,7 +91,10 @@ class Generator(ABC):
         """Sample one continuation per prompt (a batch of token-id lists)."""
 
     async def agenerate(
-        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, seeds: Sequence[int | None] | None = None
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        seeds: Sequence[int | None] | None = None,
     ) -> list[GenerationOutput]:
         """Async form; by default runs :meth:`generate` in a worker thread (``seeds`` only where
         :attr:`supports_row_seeds`)."""

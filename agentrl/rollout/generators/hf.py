@@ -275,7 +275,11 @@ class HFGenerator(Generator):
 
     # ------------------------------------------------------------------ generation
     def generate(
-        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, *, seeds: Sequence[int | None] | None = None
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        *,
+        seeds: Sequence[int | None] | None = None,
     ) -> list[GenerationOutput]:
         """Sample one continuation per prompt.
 
