@@ -36,10 +36,18 @@ class Batcher:
     it sat idle (e.g. waiting for environments).
     """
 
-    def __init__(self, generator: Generator, *, max_batch_size: int | None = None, window_s: float = 0.002):
+    def __init__(self, generator: Generator, *, max_batch_size: int | None = None, window_s: float = 0.002,
+                 lockstep: bool = False):  # fmt: skip
+        """``lockstep``: a batch waits until every active episode (see :meth:`enter`) has asked or
+        ended, and its requests are ordered by seed, so which prompts share a batch (and therefore
+        the batch's float rounding) does not depend on timing. Without it, a batch takes what
+        arrived within ``window_s``."""
         self.generator = generator
         self.max_batch_size = max_batch_size or generator.max_batch_size
         self.window_s = window_s
+        self.lockstep = lockstep
+        self.active = 0  # episodes that will submit or end (lockstep only)
+        self._changed: asyncio.Event | None = None
         self._queue: asyncio.Queue[_Request] | None = None
         self._task: asyncio.Task | None = None
         self.busy_s = 0.0
@@ -48,9 +56,20 @@ class Batcher:
         self.generated_tokens = 0
         self.started_at: float | None = None
 
+    def enter(self) -> None:
+        """An episode started (lockstep: later batches wait for its request)."""
+        self.active += 1
+
+    def leave(self) -> None:
+        """An episode ended."""
+        self.active -= 1
+        if self._changed is not None:
+            self._changed.set()
+
     async def start(self) -> None:
         if self._task is None:
             self._queue = asyncio.Queue()
+            self._changed = asyncio.Event()
             self._task = asyncio.create_task(self._loop(), name="agentrl-batcher")
             self.started_at = time.perf_counter()
 
@@ -69,6 +88,8 @@ class Batcher:
         assert self._queue is not None
         future = asyncio.get_running_loop().create_future()
         await self._queue.put(_Request(prompt, sampling, future))
+        assert self._changed is not None
+        self._changed.set()
         return await future
 
     def idle_share(self, wall_s: float | None = None) -> float:
@@ -83,16 +104,29 @@ class Batcher:
         while True:
             first = await self._queue.get()
             pending = [first]
-            if self.window_s > 0:
+            if self.lockstep:
+                await self._all_asked(pending)
+            elif self.window_s > 0:
                 await asyncio.sleep(self.window_s)
-            while not self._queue.empty() and len(pending) < self.max_batch_size * 4:
+            while not self._queue.empty() and (self.lockstep or len(pending) < self.max_batch_size * 4):
                 pending.append(self._queue.get_nowait())
+            if self.lockstep:
+                pending.sort(key=lambda r: (r.sampling.seed is None, r.sampling.seed or 0))
             groups: dict[SamplingParams, list[_Request]] = {}
             for request in pending:
                 groups.setdefault(dataclasses.replace(request.sampling, seed=None), []).append(request)
             for sampling, requests in groups.items():
                 for start in range(0, len(requests), self.max_batch_size):
                     await self._run(sampling, requests[start : start + self.max_batch_size])
+
+    async def _all_asked(self, pending: list[_Request]) -> None:
+        """Lockstep: wait until every active episode has a request queued (or has ended)."""
+        assert self._changed is not None and self._queue is not None
+        while True:
+            self._changed.clear()
+            if len(pending) + self._queue.qsize() >= self.active:
+                return
+            await self._changed.wait()
 
     async def _run(self, sampling: SamplingParams, requests: list[_Request]) -> None:
         live = [r for r in requests if not r.future.done()]  # cancelled episodes drop out

@@ -45,6 +45,7 @@ class RunnerConfig:
     max_retries: int = 1
     progress: bool = True
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    lockstep: bool = False  # timing-independent batches (see Batcher); train.deterministic sets it
 
     @classmethod
     def from_rollout(
@@ -306,7 +307,7 @@ class Runner:
                 jobs.append(_Job(index=index, task=task, group_id=group, seed=job_seed, sampling_seed=stream))
         results: list[Episode | None] = [None] * len(jobs)
         stream = _Stream(out_path)
-        batcher = Batcher(self.generator) if self.generator is not None else None
+        batcher = Batcher(self.generator, lockstep=cfg.lockstep) if self.generator is not None else None
         if self.generator is not None:
             # the learner may have changed the weights in place since the last run
             self.generator.reset_cache()
@@ -318,7 +319,13 @@ class Runner:
 
         async def one(job: _Job) -> None:
             async with semaphore:
-                episode = await self._job(job, executor, make_policy)
+                if batcher is not None:
+                    batcher.enter()
+                try:
+                    episode = await self._job(job, executor, make_policy)
+                finally:
+                    if batcher is not None:
+                        batcher.leave()
             results[job.index] = episode
             stream.write(episode)
             self._account(episode)

@@ -68,12 +68,19 @@ def checkpoint_root(out_dir: str | Path) -> Path:
 
 
 def latest_checkpoint(out_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint folder under ``out_dir``, or None."""
-    marker = checkpoint_root(out_dir) / "latest"
-    if not marker.exists():
-        return None
-    path = checkpoint_root(out_dir) / marker.read_text().strip()
-    return path if path.is_dir() else None
+    """The newest complete checkpoint folder under ``out_dir``, or None.
+
+    ``latest`` names it; if that folder is gone (a kill between replacing a folder and updating
+    the marker), the newest ``step-*`` folder is used: folders get that name only when complete.
+    """
+    root = checkpoint_root(out_dir)
+    marker = root / "latest"
+    if marker.exists():
+        path = root / marker.read_text().strip()
+        if path.is_dir():
+            return path
+    done = sorted(p for p in root.glob("step-*") if p.is_dir()) if root.is_dir() else []
+    return done[-1] if done else None
 
 
 def save_checkpoint(out_dir: str | Path, step: int, engine: Any, trainer_state: dict[str, Any],

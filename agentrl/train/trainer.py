@@ -124,7 +124,7 @@ class Rollouts:
         probe.close()
         self.config, self.generator, self.tokenizer = config, generator, tokenizer
         self.runner_config = RunnerConfig.from_rollout(
-            config.rollout, env_max_turns=env_cfg.max_turns, progress=False
+            config.rollout, env_max_turns=env_cfg.max_turns, progress=False, lockstep=config.train.deterministic
         )
 
     def run(self, tasks: list[Any], *, seed: int, version: int, group_size: int, temperature: float | None = None,
@@ -234,6 +234,7 @@ def train(config: RunConfig) -> dict[str, Any]:
         _restore_generator_rng(generator, state.get("generator_rng"))
         logger.truncate(start_step)
         logger.console.print(f"resumed from {resume_from} (step {start_step})")
+    sync_generator(engine, generator)  # a separate generator (vLLM) gets the warmed-up or resumed weights
     if "eval_before" not in state:
         state["eval_before"] = evaluate(0)
 
