@@ -168,3 +168,58 @@ def test_episode_seeds_do_not_depend_on_the_process():
     assert derive_seed(3, "rollout", 1) != derive_seed(3, "rollout", 2)
     # no aliasing of (step 1, sample 0) with (step 0, sample 1), as seed + step + index had
     assert derive_seed(3, "rollout", 1, 0) != derive_seed(3, "rollout", 0, 1)
+
+
+# --------------------------------------------------------------------------- in process, fast
+@pytest.fixture(scope="module")
+def tiny_generator():
+    from agentrl.rollout.generators.hf import HFGenerator
+    from agentrl.rollout.model import load_tokenizer, tiny_model
+
+    tokenizer = load_tokenizer("smollm2-135m")
+    return HFGenerator(tiny_model(tokenizer, layers=1, hidden=32, seed=0), tokenizer, max_batch_size=2)
+
+
+def test_a_seeded_row_samples_the_same_in_any_batch(tiny_generator):
+    from agentrl.rollout.generators.base import SamplingParams
+
+    tok = tiny_generator.tokenizer
+    prompts = [tok.encode(t, add_special_tokens=False) for t in ("alpha beta", "a longer prompt here", "x")]
+    sampling = SamplingParams(max_new_tokens=12, temperature=1.0)
+    together = tiny_generator.generate(prompts, sampling, seeds=[11, 12, 13])  # batches of 2: split
+    alone = [
+        tiny_generator.generate([p], sampling, seeds=[s])[0]
+        for p, s in zip(prompts, (11, 12, 13), strict=True)
+    ]
+    reordered = tiny_generator.generate(prompts[::-1], sampling, seeds=[13, 12, 11])[::-1]
+    for a, b, c in zip(together, alone, reordered, strict=True):
+        assert a.ids == b.ids == c.ids and len(a.ids) > 0
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert len({tuple(o.ids) for o in together}) == 3
+    other = tiny_generator.generate(prompts[:1], sampling, seeds=[99])[0]
+    assert other.ids != together[0].ids  # another seed, another sample
+
+
+def test_runner_episodes_do_not_depend_on_concurrency(tiny_generator):
+    """8 episodes (4 tasks x 2 samples) at concurrency 1 and 8: the same tokens and observations."""
+    from agentrl.rollout.agent import AgentConfig
+    from agentrl.rollout.runner import RunnerConfig, run_episodes
+
+    def run(concurrency: int) -> list:
+        config = RunnerConfig(
+            agent=AgentConfig(max_new_tokens=8, max_turns=2, temperature=1.0, max_context_tokens=1024),
+            concurrency=concurrency, group_size=2, progress=False, env_kwargs={"max_turns": 2, "hops": "single"},
+        )  # fmt: skip
+        return run_episodes(
+            "agentrl/Search-v0", [None] * 4, tiny_generator, tiny_generator.tokenizer, config, seed=5
+        )
+
+    one, eight = run(1), run(8)
+    assert all(not ep.failed for ep in one + eight)
+    for a, b in zip(one, eight, strict=True):
+        assert (a.episode_id, a.task_id, a.outcome) == (b.episode_id, b.task_id, b.outcome)
+        assert [seg.token_ids() for seg in a.segments] == [seg.token_ids() for seg in b.segments]
+        for ta, tb in zip(a.turns, b.turns, strict=True):
+            assert ta.output_logprobs == pytest.approx(tb.output_logprobs, abs=1e-4)
+    samples = [tuple(ep.turns[0].output_ids) for ep in one]
+    assert len(set(samples)) == len(samples)  # group members are distinct samples, not copies
