@@ -223,3 +223,33 @@ def test_runner_episodes_do_not_depend_on_concurrency(tiny_generator):
             assert ta.output_logprobs == pytest.approx(tb.output_logprobs, abs=1e-4)
     samples = [tuple(ep.turns[0].output_ids) for ep in one]
     assert len(set(samples)) == len(samples)  # group members are distinct samples, not copies
+
+
+def test_latest_checkpoint_survives_a_kill_between_rename_and_marker(tmp_path):
+    from train_helpers import tiny_lm
+
+    from agentrl.train.checkpoint import latest_checkpoint, save_checkpoint
+    from agentrl.train.engines import TorchEngine
+    from agentrl.train.learner import Policy
+
+    engine = TorchEngine(Policy(tiny_lm()), lr=1e-3)
+    save_checkpoint(tmp_path, 1, engine, {})
+    save_checkpoint(tmp_path, 2, engine, {})
+    root = tmp_path / "checkpoints"
+    (root / "latest").write_text("step-000003")  # marker written, folder not (or removed) yet
+    assert latest_checkpoint(tmp_path) == root / "step-000002"
+    (root / "latest").unlink()
+    assert latest_checkpoint(tmp_path) == root / "step-000002"
+    assert latest_checkpoint(tmp_path / "nothing") is None
+
+
+def test_a_metrics_line_torn_by_a_kill_is_dropped_on_resume(tmp_path):
+    from agentrl.train.metrics import MetricsLogger
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "env/reward": 0.5}\n{"step": 2, "env/rew')
+    logger = MetricsLogger(tmp_path, resume=True, tensorboard=False)
+    assert logger.history == [{"step": 1, "env/reward": 0.5}]
+    logger.truncate(1)
+    logger.log(2, {"env/reward": 0.25})
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2]
