@@ -272,7 +272,11 @@ class TrainConfig:
     trainable_layers: int = 0
     """Full fine-tuning of only the top N transformer blocks and final norm (0 = every weight); cuts backward cost on CPU."""
     seed: int = 0
-    """Seed for tasks, sampling and initialisation."""
+    """Seed for tasks, sampling and initialisation; each episode samples from its own stream derived from (seed, step, task, sample index)."""
+    deterministic: bool = False
+    """Strict determinism: torch.use_deterministic_algorithms(True) (raises on an op without a deterministic kernel) and deterministic cuDNN/cuBLAS; slower on GPU. CPU runs are reproducible without it."""
+    save_episodes: bool = False
+    """Write each step's training episodes to out_dir/episodes/step-NNNNNN.jsonl (task-major order)."""
     eval_every: int = 0
     """Evaluate every N steps (0 = only before and after)."""
     eval_episodes: int = 32

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from agentrl.errors import ConfigError
 from agentrl.rollout import folding, process_rewards
-from agentrl.rollout.generators.base import GenerationOutput, SamplingParams
+from agentrl.rollout.generators.base import GenerationOutput, SamplingParams, derive_seed
 from agentrl.rollout.template import ChatFormat, conformance
 from agentrl.trajectory import Episode, Segment, Source, Turn
 
@@ -192,7 +192,10 @@ class EpisodeRun:
         options: dict[str, Any] | None = None,
         policy_version: int = 0,
         judge: process_rewards.ScopeJudge | None = None,
+        sampling_seed: int | None = None,
     ):
+        """``seed`` is the env's reset seed; ``sampling_seed`` (when given) seeds this episode's own
+        sampling stream: generate call ``n`` samples with seed ``derive_seed(sampling_seed, n)``."""
         config.validate()
         if judge is None and config.folding == "branch":
             judge = process_rewards.build_judge(config)  # rule / openai / none ("policy" needs the runner's)
@@ -206,6 +209,8 @@ class EpisodeRun:
         self.episode_id = episode_id or uuid.uuid4().hex[:12]
         self.group_id = group_id
         self.seed = seed
+        self.sampling_seed = sampling_seed
+        self._generate_calls = 0
         self.options = options
         self.policy_version = policy_version
         self.progress = Progress(env_id=env_id, episode_id=self.episode_id)
@@ -224,6 +229,10 @@ class EpisodeRun:
         sampling = self.config.sampling()
         if budget < sampling.max_new_tokens:
             sampling = SamplingParams(**{**sampling.__dict__, "max_new_tokens": max(1, budget)})
+        if self.sampling_seed is not None:
+            seed = derive_seed(self.sampling_seed, self._generate_calls)
+            sampling = SamplingParams(**{**sampling.__dict__, "seed": seed})
+        self._generate_calls += 1
         out = await self.policy.generate(prompt, sampling, observation)
         self.progress.generate_s += time.perf_counter() - t0
         self.progress.generated_tokens += len(out.ids)

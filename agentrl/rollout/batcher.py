@@ -8,11 +8,17 @@ event loop stays free for environment steps, the watchdog and the progress displ
 Generators whose requests are independent anyway (``independent_requests``: one HTTP request per
 prompt, e.g. the OpenAI-compatible client) are not batched: each request goes out on its own, so
 a hung or failing request costs only its own episode, never the requests queued behind it.
+
+Per-request seeds (``SamplingParams.seed``, set per episode turn by the runner) do not split
+batches: a generator with per-row streams (``supports_row_seeds``, the HF backend) gets them as
+``seeds=``, so each request's continuation is the same whatever it was batched with; other
+backends sample batch-wise and the seeds are dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,10 +40,18 @@ class Batcher:
     it sat idle (e.g. waiting for environments).
     """
 
-    def __init__(self, generator: Generator, *, max_batch_size: int | None = None, window_s: float = 0.002):
+    def __init__(self, generator: Generator, *, max_batch_size: int | None = None, window_s: float = 0.002,
+                 lockstep: bool = False):  # fmt: skip
+        """``lockstep``: a batch waits until every active episode (see :meth:`enter`) has asked or
+        ended, and its requests are ordered by seed, so which prompts share a batch (and therefore
+        the batch's float rounding) does not depend on timing. Without it, a batch takes what
+        arrived within ``window_s``."""
         self.generator = generator
         self.max_batch_size = max_batch_size or generator.max_batch_size
         self.window_s = window_s
+        self.lockstep = lockstep
+        self.active = 0  # episodes that will submit or end (lockstep only)
+        self._changed: asyncio.Event | None = None
         self._queue: asyncio.Queue[_Request] | None = None
         self._task: asyncio.Task | None = None
         self.busy_s = 0.0
@@ -46,9 +60,20 @@ class Batcher:
         self.generated_tokens = 0
         self.started_at: float | None = None
 
+    def enter(self) -> None:
+        """An episode started (lockstep: later batches wait for its request)."""
+        self.active += 1
+
+    def leave(self) -> None:
+        """An episode ended."""
+        self.active -= 1
+        if self._changed is not None:
+            self._changed.set()
+
     async def start(self) -> None:
         if self._task is None:
             self._queue = asyncio.Queue()
+            self._changed = asyncio.Event()
             self._task = asyncio.create_task(self._loop(), name="agentrl-batcher")
             self.started_at = time.perf_counter()
 
@@ -69,6 +94,8 @@ class Batcher:
         assert self._queue is not None
         future = asyncio.get_running_loop().create_future()
         await self._queue.put(_Request(prompt, sampling, future))
+        assert self._changed is not None
+        self._changed.set()
         return await future
 
     async def _direct(self, prompt: Sequence[int], sampling: SamplingParams) -> GenerationOutput:
@@ -96,24 +123,41 @@ class Batcher:
         while True:
             first = await self._queue.get()
             pending = [first]
-            if self.window_s > 0:
+            if self.lockstep:
+                await self._all_asked(pending)
+            elif self.window_s > 0:
                 await asyncio.sleep(self.window_s)
-            while not self._queue.empty() and len(pending) < self.max_batch_size * 4:
+            while not self._queue.empty() and (self.lockstep or len(pending) < self.max_batch_size * 4):
                 pending.append(self._queue.get_nowait())
+            if self.lockstep:
+                pending.sort(key=lambda r: (r.sampling.seed is None, r.sampling.seed or 0))
             groups: dict[SamplingParams, list[_Request]] = {}
             for request in pending:
-                groups.setdefault(request.sampling, []).append(request)
+                groups.setdefault(dataclasses.replace(request.sampling, seed=None), []).append(request)
             for sampling, requests in groups.items():
                 for start in range(0, len(requests), self.max_batch_size):
                     await self._run(sampling, requests[start : start + self.max_batch_size])
+
+    async def _all_asked(self, pending: list[_Request]) -> None:
+        """Lockstep: wait until every active episode has a request queued (or has ended)."""
+        assert self._changed is not None and self._queue is not None
+        while True:
+            self._changed.clear()
+            if len(pending) + self._queue.qsize() >= self.active:
+                return
+            await self._changed.wait()
 
     async def _run(self, sampling: SamplingParams, requests: list[_Request]) -> None:
         live = [r for r in requests if not r.future.done()]  # cancelled episodes drop out
         if not live:
             return
         t0 = time.perf_counter()
+        seeds = [r.sampling.seed for r in live]
         try:
-            outputs = await self.generator.agenerate([r.prompt for r in live], sampling)
+            if self.generator.supports_row_seeds and any(s is not None for s in seeds):
+                outputs = await self.generator.agenerate([r.prompt for r in live], sampling, seeds=seeds)
+            else:
+                outputs = await self.generator.agenerate([r.prompt for r in live], sampling)
         except asyncio.CancelledError:
             for r in live:
                 if not r.future.done():

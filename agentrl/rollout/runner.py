@@ -27,7 +27,7 @@ from agentrl.errors import ConfigError, EpisodeError
 from agentrl.rollout import process_rewards
 from agentrl.rollout.agent import AgentConfig, EpisodeRun, ModelPolicy, Policy, call_in_executor
 from agentrl.rollout.batcher import Batcher
-from agentrl.rollout.generators.base import Generator
+from agentrl.rollout.generators.base import Generator, derive_seed
 from agentrl.trajectory import Episode, save, write_jsonl
 
 log = logging.getLogger("agentrl.rollout")
@@ -49,6 +49,7 @@ class RunnerConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     #: the name of the episode-timeout setting where the user is (error messages name it)
     timeout_setting: str = "rollout.episode_timeout_s"
+    lockstep: bool = False  # timing-independent batches (see Batcher); train.deterministic sets it
 
     @classmethod
     def from_rollout(
@@ -115,6 +116,7 @@ class _Job:
     task: Any
     group_id: str
     seed: int | None
+    sampling_seed: int  # the episode's own sampling stream (see Runner.arun)
 
 
 def _task_options(task: Any) -> tuple[dict[str, Any] | None, str]:
@@ -203,6 +205,9 @@ class Runner:
             options=options,
             policy_version=self.policy_version,
             judge=self.judge,
+            sampling_seed=job.sampling_seed,
+            # a replayable id: the same (seed, task, sample, policy version) gives the same id
+            episode_id=f"{derive_seed(job.sampling_seed, self.policy_version):016x}"[:12],
         )
         self._running[job.index] = run
         self._runs[job.index] = run
@@ -297,19 +302,32 @@ class Runner:
         seed: int = 0,
         out_path: str | Path | None = None,
     ) -> list[Episode]:
-        """Run ``group_size`` episodes per task; returns episodes in job order (task-major)."""
+        """Run ``group_size`` episodes per task; returns episodes in job order (task-major).
+
+        Each episode samples from its own stream, seeded by (``seed`` or the task's ``seeds``
+        entry, task id, occurrence of that task in ``tasks``, sample index): the same episode comes
+        out whatever the concurrency, the other tasks of the call, or the order episodes finish in
+        (with a generator that has per-row streams; see ``Generator.supports_row_seeds``).
+        """
         cfg = self.config
         jobs = []
+        seen: dict[str, int] = {}
         for t_index, task in enumerate(tasks):
             _, task_id = _task_options(task)
             group = f"{task_id or 'task'}:{t_index}"
-            for _ in range(cfg.group_size):
+            key = task_id or f"#{t_index}"
+            occurrence = seen[key] = seen.get(key, -1) + 1
+            for sample in range(cfg.group_size):
                 index = len(jobs)
                 job_seed = seeds[t_index] if seeds is not None else seed + index
-                jobs.append(_Job(index=index, task=task, group_id=group, seed=job_seed))
+                base = seeds[t_index] if seeds is not None and seeds[t_index] is not None else seed
+                stream = derive_seed(base, key, occurrence, sample)
+                jobs.append(_Job(index=index, task=task, group_id=group, seed=job_seed, sampling_seed=stream))
         results: list[Episode | None] = [None] * len(jobs)
         stream = _Stream(out_path)
-        batcher = self._batcher = Batcher(self.generator) if self.generator is not None else None
+        batcher = self._batcher = (
+            Batcher(self.generator, lockstep=cfg.lockstep) if self.generator is not None else None
+        )
         if self.generator is not None:
             # the learner may have changed the weights in place since the last run
             self.generator.reset_cache()
@@ -321,7 +339,13 @@ class Runner:
 
         async def one(job: _Job) -> None:
             async with semaphore:
-                episode = await self._job(job, executor, make_policy)
+                if batcher is not None:
+                    batcher.enter()
+                try:
+                    episode = await self._job(job, executor, make_policy)
+                finally:
+                    if batcher is not None:
+                        batcher.leave()
             results[job.index] = episode
             stream.write(episode)
             self._account(episode)

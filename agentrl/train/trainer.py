@@ -23,7 +23,8 @@ import yaml
 
 from agentrl.config import RunConfig, load_config, to_dict
 from agentrl.errors import AgentRLError, ConfigError
-from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agentrl.rollout.generators.base import derive_seed
+from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, seed_everything
 from agentrl.train.engines import make_engine, world
 from agentrl.train.fields import LazyScores, StepData
 from agentrl.train.igscore import GoldAnswerScorer, learner_continuation_scorer
@@ -32,7 +33,7 @@ from agentrl.train.metrics import MetricsLogger
 from agentrl.train.precision import resolve_bf16
 from agentrl.train.progress import RunProgress
 from agentrl.train.update import compute_advantages, ppo_update, score_tokens
-from agentrl.trajectory import Episode, build_batch
+from agentrl.trajectory import Episode, build_batch, write_jsonl
 
 
 # --------------------------------------------------------------------------- pieces of the loop
@@ -126,7 +127,7 @@ class Rollouts:
         probe.close()
         self.config, self.generator, self.tokenizer = config, generator, tokenizer
         self.runner_config = RunnerConfig.from_rollout(
-            config.rollout, env_max_turns=env_cfg.max_turns, progress=False
+            config.rollout, env_max_turns=env_cfg.max_turns, progress=False, lockstep=config.train.deterministic
         )
 
     def run(self, tasks: list[Any], *, seed: int, version: int, group_size: int, temperature: float | None = None,
@@ -183,9 +184,7 @@ def train(config: RunConfig) -> dict[str, Any]:
     train_cfg, algo = config.train, config.algo
     if train_cfg.num_threads > 0:
         torch.set_num_threads(train_cfg.num_threads)
-    random.seed(train_cfg.seed)
-    np.random.seed(train_cfg.seed)
-    torch.manual_seed(train_cfg.seed)
+    seed_everything(train_cfg.seed, strict=train_cfg.deterministic)
     out_dir = Path(train_cfg.out_dir)
     resume_from = latest_checkpoint(out_dir) if train_cfg.resume else None
     rank0 = world()[0] == 0
@@ -262,6 +261,7 @@ def train(config: RunConfig) -> dict[str, Any]:
         _restore_generator_rng(generator, state.get("generator_rng"))
         logger.truncate(start_step)
         logger.console.print(f"resumed from {resume_from} (step {start_step})")
+    sync_generator(engine, generator)  # a separate generator (vLLM) gets the warmed-up or resumed weights
     if "eval_before" not in state:
         state["eval_before"] = evaluate(0)
 
@@ -276,9 +276,12 @@ def train(config: RunConfig) -> dict[str, Any]:
         with progress.phase(f"{tag} rollout", len(picked) * config.rollout.group_size, unit="episode",
                             per_step=False, key="rollout") as phase:  # fmt: skip
             episodes, rollout_stats = rollouts.run(
-                [rollouts.train_tasks[i] for i in picked], seed=train_cfg.seed * 100_003 + step, version=step,
-                group_size=config.rollout.group_size, on_episode=phase.on_episode(),
+                [rollouts.train_tasks[i] for i in picked], seed=derive_seed(train_cfg.seed, "rollout", step),
+                version=step, group_size=config.rollout.group_size, on_episode=phase.on_episode(),
             )  # fmt: skip
+        if train_cfg.save_episodes and rank0:
+            (out_dir / "episodes").mkdir(parents=True, exist_ok=True)
+            write_jsonl(episodes, out_dir / "episodes" / f"step-{step + 1:06d}.jsonl")
         rollout_s = time.perf_counter() - t0
         metrics = {**episode_metrics(episodes), **rollout_stats, "perf/rollout_s": rollout_s}
         kept, filter_stats = filter_episodes(episodes, config)

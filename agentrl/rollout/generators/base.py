@@ -13,6 +13,7 @@ This is what the learner recomputes, so an on-policy ratio is exactly 1 up to nu
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -80,16 +81,26 @@ class Generator(ABC):
     supports_score: bool = False
     #: Requests per batch the backend handles well (the runner batches up to this many).
     max_batch_size: int = 32
+    #: Whether ``generate`` takes ``seeds=``: one independent sampling stream per prompt, so a
+    #: prompt's continuation does not depend on its batch-mates (the runner then batches requests
+    #: of different seeds together).
+    supports_row_seeds: bool = False
 
     @abstractmethod
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:
         """Sample one continuation per prompt (a batch of token-id lists)."""
 
     async def agenerate(
-        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        seeds: Sequence[int | None] | None = None,
     ) -> list[GenerationOutput]:
-        """Async form; by default runs :meth:`generate` in a worker thread."""
-        return await asyncio.to_thread(self.generate, prompts, sampling)
+        """Async form; by default runs :meth:`generate` in a worker thread (``seeds`` only where
+        :attr:`supports_row_seeds`)."""
+        if seeds is None:
+            return await asyncio.to_thread(self.generate, prompts, sampling)
+        return await asyncio.to_thread(self.generate, prompts, sampling, seeds=seeds)  # type: ignore[call-arg]
 
     def score(
         self, contexts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], *, temperature: float = 1.0
@@ -120,6 +131,17 @@ class Generator(ABC):
     def close(self) -> None:
         """Release resources (servers, clients); the default holds none."""
         return None
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A 63-bit seed from ``parts`` (e.g. run seed, step, task, sample index, turn).
+
+    A keyed hash, not ``hash()``: the same parts give the same seed in every process (no
+    ``PYTHONHASHSEED`` dependence), and nearby parts give unrelated streams (``seed + step +
+    index`` would make step 1's first sample replay step 0's second).
+    """
+    text = "\x1f".join(f"{type(p).__name__}:{p}" for p in parts)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
 
 
 def check_prompts(prompts: Sequence[Sequence[int]], vocab_size: int | None = None) -> None:

@@ -17,7 +17,13 @@ from typing import Any
 import torch
 
 from agentrl.errors import GeneratorError
-from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams, check_prompts
+from agentrl.rollout.generators.base import (
+    GenerationOutput,
+    Generator,
+    SamplingParams,
+    check_prompts,
+    derive_seed,
+)
 
 
 def eos_ids(model: Any, tokenizer: Any) -> set[int]:
@@ -47,16 +53,21 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: Any) -> tupl
 
 
 def sample_next(
-    logits: torch.Tensor, sampling: SamplingParams, rng: torch.Generator | None
+    logits: torch.Tensor, sampling: SamplingParams, rngs: Sequence[torch.Generator] | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Pick next tokens from raw logits ``[B, V]``.
+    """Pick next tokens from raw logits ``[B, V]``, row ``b`` drawing from ``rngs[b]``.
+
+    Each row takes exactly one uniform from its own generator and inverts its (truncated) CDF, so
+    a row's token depends only on its logits and its stream, never on the other rows of the batch
+    (``torch.multinomial`` draws a whole batch from one stream). ``rngs`` may repeat one
+    generator; it is unused when greedy.
 
     Returns ``(tokens [B], logprobs [B], entropy [B])`` where log-prob and entropy come from
     ``log_softmax(logits / T)`` (before top-p/top-k truncation).
     """
     logp = torch.log_softmax(logits.float() / sampling.scale, dim=-1)  # [B, V]
     entropy = -(logp.exp() * logp).sum(-1)  # [B]
-    if sampling.greedy:
+    if sampling.greedy or rngs is None:
         tokens = logits.argmax(-1)
     else:
         probs = logp.exp()
@@ -68,7 +79,12 @@ def sample_next(
             before = sorted_probs.cumsum(-1) - sorted_probs  # mass strictly before each token
             sorted_probs = torch.where(before >= sampling.top_p, torch.zeros_like(sorted_probs), sorted_probs)
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-        tokens = torch.multinomial(probs / probs.sum(-1, keepdim=True), 1, generator=rng).squeeze(-1)
+        cdf = probs.cumsum(-1)  # [B, V]
+        total = cdf[:, -1:]  # [B, 1]
+        u = torch.cat([torch.rand(1, generator=g) for g in rngs]).to(cdf.device)[:, None]  # [B, 1]
+        # strictly below the total, so the first index whose CDF exceeds it has probability > 0
+        x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
+        tokens = torch.searchsorted(cdf, x, right=True).squeeze(-1)  # [B]
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1), entropy
 
 
@@ -217,6 +233,7 @@ class HFGenerator(Generator):
     name = "hf"
     supports_entropy = True
     supports_score = True
+    supports_row_seeds = True
 
     def __init__(
         self,
@@ -231,7 +248,8 @@ class HFGenerator(Generator):
         """Args:
         max_batch_size: rows decoded together; larger requests are split.
         score_batch_size: rows per forward in :meth:`score`.
-        seed: seed of the sampling RNG (a request's ``SamplingParams.seed`` overrides it).
+        seed: seed of the shared sampling RNG, used by rows without a seed of their own (see
+            :meth:`generate`).
         prefix_cache_tokens: K/V tokens kept for prefix reuse across turns (0 disables).
         """
         self.model = model
@@ -256,32 +274,49 @@ class HFGenerator(Generator):
         return next(self.model.parameters()).device
 
     # ------------------------------------------------------------------ generation
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        *,
+        seeds: Sequence[int | None] | None = None,
+    ) -> list[GenerationOutput]:
+        """Sample one continuation per prompt.
+
+        Randomness: prompt ``i`` samples from its own stream, seeded by ``seeds[i]`` when given,
+        else by ``(sampling.seed, i)`` when the request has a seed, else it draws from the
+        generator's shared stream (then its tokens depend on what was sampled before). A seeded
+        row's continuation is the same in any batch, at any batch size.
+        """
         check_prompts(prompts, self.vocab_size)
+        if seeds is not None and len(seeds) != len(prompts):
+            raise GeneratorError(f"{len(prompts)} prompts but {len(seeds)} seeds")
         longest = max((len(p) for p in prompts), default=0)
         if longest + sampling.max_new_tokens > self.max_positions:
             raise GeneratorError(
                 f"prompt of {longest} tokens + {sampling.max_new_tokens} new tokens exceeds the model's "
                 f"{self.max_positions} positions; lower rollout.max_context_tokens"
             )
+        if seeds is None and sampling.seed is not None:
+            seeds = [derive_seed(sampling.seed, i) for i in range(len(prompts))]
         outputs: list[GenerationOutput | None] = [None] * len(prompts)
         # Similar lengths share a batch, so less padding is computed.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         with self._lock:
-            rng = self._rng
-            if sampling.seed is not None:
-                rng = torch.Generator(device="cpu").manual_seed(sampling.seed)
+            rngs = [
+                self._rng if seeds is None or seeds[i] is None else torch.Generator().manual_seed(seeds[i])
+                for i in range(len(prompts))
+            ]
             for start in range(0, len(order), self.max_batch_size):
                 chunk = order[start : start + self.max_batch_size]
-                for idx, out in zip(
-                    chunk, self._generate_batch([prompts[i] for i in chunk], sampling, rng), strict=True
-                ):
+                batch = self._generate_batch([prompts[i] for i in chunk], sampling, [rngs[i] for i in chunk])
+                for idx, out in zip(chunk, batch, strict=True):
                     outputs[idx] = out
         return outputs  # type: ignore[return-value]
 
     @torch.no_grad()
     def _generate_batch(
-        self, prompts: list[Sequence[int]], sampling: SamplingParams, rng: torch.Generator
+        self, prompts: list[Sequence[int]], sampling: SamplingParams, rngs: list[torch.Generator]
     ) -> list[GenerationOutput]:
         """Prefill, then decode the batch step by step. Rows that stopped leave the batch once a
         quarter of it has (their cache rows are dropped), so the rest decode at a smaller batch."""
@@ -311,7 +346,7 @@ class HFGenerator(Generator):
         rows = list(range(batch))  # prompt index of each row still in the batch
         finished = [False] * batch  # per row of the current batch
         for step in range(sampling.max_new_tokens):
-            tokens, logp, entropy = sample_next(logits, sampling, rng if not sampling.greedy else None)
+            tokens, logp, entropy = sample_next(logits, sampling, [rngs[b] for b in rows])
             is_stop = torch.isin(tokens, stop)
             tok_l, lp_l, ent_l, stop_l = tokens.tolist(), logp.tolist(), entropy.tolist(), is_stop.tolist()
             for r, b in enumerate(rows):
