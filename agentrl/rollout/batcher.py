@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams
+
+#: per-request token callback: ``(token_id, logprob, top_logprobs) -> stop this request now``
+RequestCallback = Callable[[int, float, Any], bool]
 
 
 @dataclass
@@ -21,6 +25,7 @@ class _Request:
     prompt: Sequence[int]
     sampling: SamplingParams
     future: asyncio.Future = field(repr=False)
+    on_token: RequestCallback | None = field(default=None, repr=False)
 
 
 class Batcher:
@@ -57,12 +62,18 @@ class Batcher:
                 pass
             self._task = None
 
-    async def submit(self, prompt: Sequence[int], sampling: SamplingParams) -> GenerationOutput:
-        """Queue one prompt and wait for its continuation."""
+    async def submit(
+        self, prompt: Sequence[int], sampling: SamplingParams, on_token: RequestCallback | None = None
+    ) -> GenerationOutput:
+        """Queue one prompt and wait for its continuation.
+
+        ``on_token`` (called from the generator's worker thread) sees each token as it is sampled and
+        may end the request by returning True (``agentrl serve``'s streaming and stop strings).
+        """
         await self.start()
         assert self._queue is not None
         future = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Request(prompt, sampling, future))
+        await self._queue.put(_Request(prompt, sampling, future, on_token))
         return await future
 
     def idle_share(self, wall_s: float | None = None) -> float:
@@ -94,7 +105,17 @@ class Batcher:
             return
         t0 = time.perf_counter()
         try:
-            outputs = await self.generator.agenerate([r.prompt for r in live], sampling)
+            prompts = [r.prompt for r in live]
+            callbacks = [r.on_token for r in live]
+            if any(callbacks):
+
+                def on_token(row: int, token: int, logprob: float, top: Any) -> bool:
+                    callback = callbacks[row]
+                    return callback(token, logprob, top) if callback is not None else False
+
+                outputs = await self.generator.agenerate_streaming(prompts, sampling, on_token)
+            else:
+                outputs = await self.generator.agenerate(prompts, sampling)
         except asyncio.CancelledError:
             for r in live:
                 if not r.future.done():
@@ -105,9 +126,14 @@ class Batcher:
                 if not live[0].future.done():
                     live[0].future.set_exception(exc)
                 return
-            # One bad request must not fail its batch-mates: retry each alone.
+            # One bad request must not fail its batch-mates: retry each alone (not a streamed one,
+            # whose consumer may have seen tokens already).
             for r in live:
-                await self._run(sampling, [r])
+                if r.on_token is not None:
+                    if not r.future.done():
+                        r.future.set_exception(exc)
+                else:
+                    await self._run(sampling, [r])
             return
         finally:
             self.busy_s += time.perf_counter() - t0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ class SamplingParams:
     stop_ids: tuple[int, ...] = ()  # extra stop ids; the generator always stops on its EOS ids
     seed: int | None = None
     return_entropy: bool = True
+    top_logprobs: int = 0  # also report the k most likely tokens at each step (0 = off)
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -41,6 +42,8 @@ class SamplingParams:
             raise ConfigError("rollout.temperature", f"must be in [0, 5], got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError("rollout.top_p", f"must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.top_logprobs <= 20:
+            raise ConfigError("top_logprobs", f"must be in [0, 20], got {self.top_logprobs}")
 
     @property
     def greedy(self) -> bool:
@@ -61,12 +64,38 @@ class GenerationOutput:
     entropy: list[float] | None = None
     finish_reason: str = "stop"  # "stop" (an EOS/stop id, included in ids) | "length"
     timings: dict[str, float] = field(default_factory=dict)
+    #: per token, the ``SamplingParams.top_logprobs`` most likely ``(id, logprob)`` pairs
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.logprobs):
             raise GeneratorError(f"{len(self.ids)} ids but {len(self.logprobs)} logprobs")
         if self.entropy is not None and len(self.entropy) != len(self.ids):
             raise GeneratorError(f"{len(self.ids)} ids but {len(self.entropy)} entropies")
+
+
+#: ``on_token(row, token_id, logprob, top)`` is called as each token is sampled (``row`` indexes the
+#: prompts, ``top`` is the step's top-logprob pairs or None); returning True ends that row there
+#: with finish_reason "stop" (the token is kept), e.g. when a stop string has appeared.
+TokenCallback = Callable[[int, int, float, "list[tuple[int, float]] | None"], bool]
+
+
+def replay_tokens(outputs: list[GenerationOutput], on_token: TokenCallback) -> None:
+    """Feed finished outputs to ``on_token`` as if streamed; a row the callback stops is cut there.
+
+    Generators that cannot call back during decoding get streaming and stop strings this way.
+    """
+    for row, out in enumerate(outputs):
+        for j, token in enumerate(out.ids):
+            top = out.top_logprobs[j] if out.top_logprobs is not None else None
+            if on_token(row, token, out.logprobs[j], top):
+                out.ids, out.logprobs = out.ids[: j + 1], out.logprobs[: j + 1]
+                if out.entropy is not None:
+                    out.entropy = out.entropy[: j + 1]
+                if out.top_logprobs is not None:
+                    out.top_logprobs = out.top_logprobs[: j + 1]
+                out.finish_reason = "stop"
+                break
 
 
 class Generator(ABC):
@@ -80,6 +109,10 @@ class Generator(ABC):
     supports_score: bool = False
     #: Requests per batch the backend handles well (the runner batches up to this many).
     max_batch_size: int = 32
+    #: Whether ``generate`` takes ``on_token`` and calls it while decoding (else see :func:`replay_tokens`).
+    supports_streaming: bool = False
+    #: Whether ``generate`` honours ``SamplingParams.top_logprobs``.
+    supports_top_logprobs: bool = False
 
     @abstractmethod
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:
@@ -90,6 +123,17 @@ class Generator(ABC):
     ) -> list[GenerationOutput]:
         """Async form; by default runs :meth:`generate` in a worker thread."""
         return await asyncio.to_thread(self.generate, prompts, sampling)
+
+    async def agenerate_streaming(
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams, on_token: TokenCallback
+    ) -> list[GenerationOutput]:
+        """:meth:`agenerate` calling ``on_token`` per sampled token: during decoding where the backend
+        can (``supports_streaming``), else replayed from the finished outputs."""
+        if self.supports_streaming:
+            return await asyncio.to_thread(self.generate, prompts, sampling, on_token)  # type: ignore[call-arg]
+        outputs = await self.agenerate(prompts, sampling)
+        replay_tokens(outputs, on_token)
+        return outputs
 
     def score(
         self, contexts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], *, temperature: float = 1.0

@@ -17,7 +17,13 @@ from typing import Any
 import torch
 
 from agentrl.errors import GeneratorError
-from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams, check_prompts
+from agentrl.rollout.generators.base import (
+    GenerationOutput,
+    Generator,
+    SamplingParams,
+    TokenCallback,
+    check_prompts,
+)
 
 
 def eos_ids(model: Any, tokenizer: Any) -> set[int]:
@@ -48,11 +54,11 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: Any) -> tupl
 
 def sample_next(
     logits: torch.Tensor, sampling: SamplingParams, rng: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pick next tokens from raw logits ``[B, V]``.
 
-    Returns ``(tokens [B], logprobs [B], entropy [B])`` where log-prob and entropy come from
-    ``log_softmax(logits / T)`` (before top-p/top-k truncation).
+    Returns ``(tokens [B], logprobs [B], entropy [B], logp [B, V])`` where log-prob and entropy come
+    from ``logp = log_softmax(logits / T)`` (before top-p/top-k truncation).
     """
     logp = torch.log_softmax(logits.float() / sampling.scale, dim=-1)  # [B, V]
     entropy = -(logp.exp() * logp).sum(-1)  # [B]
@@ -69,7 +75,7 @@ def sample_next(
             sorted_probs = torch.where(before >= sampling.top_p, torch.zeros_like(sorted_probs), sorted_probs)
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
         tokens = torch.multinomial(probs / probs.sum(-1, keepdim=True), 1, generator=rng).squeeze(-1)
-    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1), entropy
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1), entropy, logp
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
@@ -84,6 +90,20 @@ def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def _top_pairs(logp: torch.Tensor, k: int) -> list[list[tuple[int, float]]] | None:
+    """The ``k`` most likely ``(id, logprob)`` pairs per row of ``logp [B, V]`` (None when k = 0)."""
+    if k <= 0:
+        return None
+    values, indices = logp.topk(k, dim=-1)  # [B, k]
+    return [list(zip(i, v, strict=True)) for i, v in zip(indices.tolist(), values.tolist(), strict=True)]
+
+
+def _remap_row(
+    on_token: TokenCallback, rows: list[int], row: int, token: int, logprob: float, top: Any
+) -> bool:
+    return on_token(rows[row], token, logprob, top)
 
 
 class PrefixCache:
@@ -217,6 +237,8 @@ class HFGenerator(Generator):
     name = "hf"
     supports_entropy = True
     supports_score = True
+    supports_streaming = True
+    supports_top_logprobs = True
 
     def __init__(
         self,
@@ -256,7 +278,12 @@ class HFGenerator(Generator):
         return next(self.model.parameters()).device
 
     # ------------------------------------------------------------------ generation
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        on_token: TokenCallback | None = None,
+    ) -> list[GenerationOutput]:
         check_prompts(prompts, self.vocab_size)
         longest = max((len(p) for p in prompts), default=0)
         if longest + sampling.max_new_tokens > self.max_positions:
@@ -273,15 +300,21 @@ class HFGenerator(Generator):
                 rng = torch.Generator(device="cpu").manual_seed(sampling.seed)
             for start in range(0, len(order), self.max_batch_size):
                 chunk = order[start : start + self.max_batch_size]
-                for idx, out in zip(
-                    chunk, self._generate_batch([prompts[i] for i in chunk], sampling, rng), strict=True
-                ):
+                callback = None
+                if on_token is not None:
+                    callback = functools.partial(_remap_row, on_token, chunk)
+                batch_out = self._generate_batch([prompts[i] for i in chunk], sampling, rng, callback)
+                for idx, out in zip(chunk, batch_out, strict=True):
                     outputs[idx] = out
         return outputs  # type: ignore[return-value]
 
     @torch.no_grad()
     def _generate_batch(
-        self, prompts: list[Sequence[int]], sampling: SamplingParams, rng: torch.Generator
+        self,
+        prompts: list[Sequence[int]],
+        sampling: SamplingParams,
+        rng: torch.Generator,
+        on_token: TokenCallback | None = None,
     ) -> list[GenerationOutput]:
         """Prefill, then decode the batch step by step. Rows that stopped leave the batch once a
         quarter of it has (their cache rows are dropped), so the rest decode at a smaller batch."""
@@ -307,20 +340,25 @@ class HFGenerator(Generator):
         ids: list[list[int]] = [[] for _ in range(batch)]
         logps: list[list[float]] = [[] for _ in range(batch)]
         ents: list[list[float]] = [[] for _ in range(batch)]
+        tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(batch)]
         reasons = ["length"] * batch
         rows = list(range(batch))  # prompt index of each row still in the batch
         finished = [False] * batch  # per row of the current batch
         for step in range(sampling.max_new_tokens):
-            tokens, logp, entropy = sample_next(logits, sampling, rng if not sampling.greedy else None)
+            tokens, logp, entropy, dist = sample_next(logits, sampling, rng if not sampling.greedy else None)
             is_stop = torch.isin(tokens, stop)
             tok_l, lp_l, ent_l, stop_l = tokens.tolist(), logp.tolist(), entropy.tolist(), is_stop.tolist()
+            top_l = _top_pairs(dist, sampling.top_logprobs)
             for r, b in enumerate(rows):
                 if finished[r]:
                     continue
                 ids[b].append(tok_l[r])
                 logps[b].append(lp_l[r])
                 ents[b].append(ent_l[r])
-                if stop_l[r]:
+                if top_l is not None:
+                    tops[b].append(top_l[r])
+                ended = on_token(b, tok_l[r], lp_l[r], top_l[r] if top_l else None) if on_token else False
+                if stop_l[r] or ended:
                     finished[r] = True
                     reasons[b] = "stop"
             if all(finished) or step + 1 == sampling.max_new_tokens:
@@ -359,6 +397,7 @@ class HFGenerator(Generator):
                 entropy=ents[b] if sampling.return_entropy else None,
                 finish_reason=reasons[b],
                 timings=dict(timings),
+                top_logprobs=tops[b] if sampling.top_logprobs else None,
             )
             for b in range(batch)
         ]
