@@ -155,7 +155,7 @@ def test_chat_and_completion_logprobs(client):
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
     assert all(
         len(top) == 2 and max(top.values()) == pytest.approx(t)
-        for top, t in zip(lp.top_logprobs, lp.token_logprobs)
+        for top, t in zip(lp.top_logprobs, lp.token_logprobs, strict=True)
     )
     assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(4)]
     streamed = list(
