@@ -47,7 +47,7 @@ class ApiError(Exception):
         self.status, self.message, self.param, self.code = status, message, param, code
 
     def body(self) -> dict[str, Any]:
-        kind = {404: "NotFoundError", 500: "InternalServerError"}.get(self.status, "invalid_request_error")
+        kind = "server_error" if self.status >= 500 else "invalid_request_error"
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
 
 

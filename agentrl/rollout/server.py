@@ -92,10 +92,14 @@ class _Job:
         return out
 
     def abandon(self) -> None:
+        """The client went away (or generation failed): end the rows at their next token."""
         for stream in self.streams:
             stream.abandoned.set()
         for task in self.tasks:
-            task.cancel()
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: reported to the client already
+            else:
+                task.cancel()
 
     async def outputs(self) -> list[GenerationOutput]:
         try:

@@ -237,3 +237,25 @@ def test_concurrent_streams_are_batched_and_each_gets_its_own_answer(server, tok
             .choices[0]
             .text
         )
+
+
+def test_a_client_that_goes_away_ends_its_generation(server, tiny, tokenizer):
+    import time
+
+    batcher = server.server.config.app.state.batcher
+    before = batcher.generated_tokens
+    body = {
+        "model": "tiny",
+        "prompt": "Once upon a time",
+        "max_tokens": 3000,
+        "temperature": 0,
+        "stream": True,
+    }
+    with httpx.stream("POST", server.url + "/completions", json=body) as response:
+        lines = response.iter_lines()
+        while not next(lines).startswith("data: "):
+            pass  # one chunk arrived: the generation is under way; then hang up
+    deadline = time.monotonic() + 60
+    while batcher.generated_tokens == before and time.monotonic() < deadline:
+        time.sleep(0.1)  # the counter moves when the batch call returns
+    assert 0 < batcher.generated_tokens - before < 3000
