@@ -291,10 +291,13 @@ def build_app(
     model_name: str | list[str],
     *,
     default_max_tokens: int = 256,
+    model_info: dict[str, Any] | None = None,
 ) -> Any:
     """The Starlette app (separate from :func:`serve` so tests run it on a free port).
 
     ``model_name``: the name(s) clients may ask for; the first is the one ``/v1/models`` lists first.
+    ``model_info``: extra fields of each ``/v1/models`` entry (vLLM's ``root``: the weights,
+    ``parent``: the base model of an adapter, whose tokenizer a client loads).
     """
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -312,7 +315,8 @@ def build_app(
 
     async def models(request: Request) -> Any:
         created = int(time.time())
-        data = [{"id": n, "object": "model", "created": created, "owned_by": "agentrl"} for n in names]
+        card = {"object": "model", "created": created, "owned_by": "agentrl", **(model_info or {})}
+        data = [{"id": n, **card} for n in names]
         return JSONResponse({"object": "list", "data": data})
 
     async def health(request: Request) -> Any:
@@ -419,7 +423,10 @@ def serve(
 
     name = served_model_name or (adapter_name(adapter) if adapter else model)
     lm, tokenizer = load_model(model, dtype=dtype, adapter=adapter)
-    app = build_app(HFGenerator(lm, tokenizer), tokenizer, name, default_max_tokens=max_tokens)
+    info = {"root": adapter or model, "parent": model if adapter else None}
+    app = build_app(
+        HFGenerator(lm, tokenizer), tokenizer, name, default_max_tokens=max_tokens, model_info=info
+    )
     print(
         f"agentrl serve: engine=hf model={model} adapter={adapter} dtype={dtype} served as {name!r} "
         f"(default max_tokens={max_tokens}) on http://{host}:{port}/v1",
