@@ -168,7 +168,9 @@ def serve(
     served_model_name: str | None = typer.Option(
         None, help="Name clients ask for (default: the adapter's folder name, else --model)."
     ),
-    max_tokens: int = typer.Option(256, help="max_tokens when a request gives none (hf engine)."),
+    max_tokens: int | None = typer.Option(
+        None, help="max_tokens when a request gives none (hf engine; 256)."
+    ),
     vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="Extra argument for vLLM's server (repeat)."),
 ) -> None:
     """Serve a model behind an OpenAI-compatible HTTP API (chat, completions, streaming, tools)."""

@@ -386,7 +386,7 @@ def serve(
     *,
     engine: str = "hf",
     served_model_name: str | None = None,
-    max_tokens: int = 256,
+    max_tokens: int | None = None,
     vllm_args: list[str] | None = None,
 ) -> None:
     """Serve ``model`` (+ ``adapter``) over HTTP until interrupted (``agentrl serve``).
@@ -399,6 +399,8 @@ def serve(
     from agentrl.rollout.vllm_server import adapter_name, run_vllm_server, vllm_command
 
     if engine == "vllm":
+        if max_tokens is not None:
+            raise ConfigError("--max-tokens", "applies to the hf engine only", "drop it with --engine vllm")
         vllm_dtype = "bfloat16" if dtype == "float32" else dtype  # vLLM serves in half precision
         run_vllm_server(
             vllm_command(
@@ -409,7 +411,7 @@ def serve(
                 dtype=vllm_dtype,
                 served_model_name=served_model_name,
                 extra_args=vllm_args,
-            )  # fmt: skip
+            )
         )
         return
     if engine != "hf":
@@ -420,6 +422,8 @@ def serve(
 
     from agentrl.rollout.generators.hf import HFGenerator
     from agentrl.rollout.model import load_model
+
+    max_tokens = max_tokens or 256
 
     name = served_model_name or (adapter_name(adapter) if adapter else model)
     lm, tokenizer = load_model(model, dtype=dtype, adapter=adapter)
