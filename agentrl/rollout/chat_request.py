@@ -131,7 +131,7 @@ def chat_prompt(tokenizer: Any, body: dict[str, Any]) -> ChatPrompt:
     """Render a chat request's messages and tools; how to parse its answer. Raises :class:`ApiError`."""
     tools = body.get("tools")
     specs = _tool_specs(tools) if tools is not None else None
-    choice = body.get("tool_choice", "auto" if specs else "none")
+    choice = body.get("tool_choice") or ("auto" if specs else "none")
     named = None
     if isinstance(choice, dict):
         named = (choice.get("function") or {}).get("name") if choice.get("type") == "function" else None
