@@ -237,12 +237,30 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000, help="Port."),
     adapter: str | None = typer.Option(None, help="LoRA adapter / checkpoint to load."),
-    dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16."),
+    dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16 (vllm: float32 means bfloat16)."),
+    engine: str = typer.Option("hf", help="hf (embedded server, CPU) | vllm (vLLM's own server, GPU)."),
+    served_model_name: str | None = typer.Option(
+        None, help="Name clients ask for (default: the adapter's folder name, else --model)."
+    ),
+    max_tokens: int | None = typer.Option(
+        None, help="max_tokens when a request gives none (hf engine; 256)."
+    ),
+    vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="Extra argument for vLLM's server (repeat)."),
 ) -> None:
-    """Serve a model behind an OpenAI-compatible HTTP API (completions and chat)."""
+    """Serve a model behind an OpenAI-compatible HTTP API (chat, completions, streaming, tools)."""
     from agentrl.rollout.server import serve as run_server
 
-    run_server(model=model, host=host, port=port, adapter=adapter, dtype=dtype)
+    run_server(
+        model=model,
+        host=host,
+        port=port,
+        adapter=adapter,
+        dtype=dtype,
+        engine=engine,
+        served_model_name=served_model_name,
+        max_tokens=max_tokens,
+        vllm_args=list(vllm_arg),
+    )
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

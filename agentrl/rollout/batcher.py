@@ -20,10 +20,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams
+
+#: per-request token callback: ``(token_id, logprob, top_logprobs) -> stop this request now``
+RequestCallback = Callable[[int, float, Any], bool]
 
 
 @dataclass
@@ -31,6 +35,7 @@ class _Request:
     prompt: Sequence[int]
     sampling: SamplingParams
     future: asyncio.Future = field(repr=False)
+    on_token: RequestCallback | None = field(default=None, repr=False)
 
 
 class Batcher:
@@ -86,14 +91,20 @@ class Batcher:
                 pass
             self._task = None
 
-    async def submit(self, prompt: Sequence[int], sampling: SamplingParams) -> GenerationOutput:
-        """Queue one prompt and wait for its continuation."""
+    async def submit(
+        self, prompt: Sequence[int], sampling: SamplingParams, on_token: RequestCallback | None = None
+    ) -> GenerationOutput:
+        """Queue one prompt and wait for its continuation.
+
+        ``on_token`` (called from the generator's worker thread) sees each token as it is sampled and
+        may end the request by returning True (``agentrl serve``'s streaming and stop strings).
+        """
         if getattr(self.generator, "independent_requests", False):
             return await self._direct(prompt, sampling)
         await self.start()
         assert self._queue is not None
         future = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Request(prompt, sampling, future))
+        await self._queue.put(_Request(prompt, sampling, future, on_token))
         assert self._changed is not None
         self._changed.set()
         return await future
@@ -154,10 +165,18 @@ class Batcher:
         t0 = time.perf_counter()
         seeds = [r.sampling.seed for r in live]
         try:
-            if self.generator.supports_row_seeds and any(s is not None for s in seeds):
-                outputs = await self.generator.agenerate([r.prompt for r in live], sampling, seeds=seeds)
+            prompts = [r.prompt for r in live]
+            row_seeds = seeds if self.generator.supports_row_seeds and any(s is not None for s in seeds) else None
+            callbacks = [r.on_token for r in live]
+            if any(callbacks):
+
+                def on_token(row: int, token: int, logprob: float, top: Any) -> bool:
+                    callback = callbacks[row]
+                    return callback(token, logprob, top) if callback is not None else False
+
+                outputs = await self.generator.agenerate_streaming(prompts, sampling, on_token, row_seeds)
             else:
-                outputs = await self.generator.agenerate([r.prompt for r in live], sampling)
+                outputs = await self.generator.agenerate(prompts, sampling, row_seeds)
         except asyncio.CancelledError:
             for r in live:
                 if not r.future.done():
@@ -168,10 +187,15 @@ class Batcher:
                 if not live[0].future.done():
                     live[0].future.set_exception(exc)
                 return
-            # One bad request must not fail its batch-mates: retry each alone (in-process
-            # generators only: remote ones never come here, see the module doc).
+            # One bad request must not fail its batch-mates: retry each alone (in-process generators
+            # only: remote ones never come here, see the module doc; not a streamed one, whose
+            # consumer may have seen tokens already).
             for r in live:
-                await self._run(sampling, [r])
+                if r.on_token is not None:
+                    if not r.future.done():
+                        r.future.set_exception(exc)
+                else:
+                    await self._run(sampling, [r])
             return
         finally:
             self.busy_s += time.perf_counter() - t0

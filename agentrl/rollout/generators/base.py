@@ -16,7 +16,7 @@ import asyncio
 import hashlib
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ class SamplingParams:
     stop_ids: tuple[int, ...] = ()  # extra stop ids; the generator always stops on its EOS ids
     seed: int | None = None
     return_entropy: bool = True
+    top_logprobs: int = 0  # also report the k most likely tokens at each step (0 = off)
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -42,6 +43,8 @@ class SamplingParams:
             raise ConfigError("rollout.temperature", f"must be in [0, 5], got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError("rollout.top_p", f"must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.top_logprobs <= 20:
+            raise ConfigError("top_logprobs", f"must be in [0, 20], got {self.top_logprobs}")
 
     @property
     def greedy(self) -> bool:
@@ -62,12 +65,38 @@ class GenerationOutput:
     entropy: list[float] | None = None
     finish_reason: str = "stop"  # "stop" (an EOS/stop id, included in ids) | "length"
     timings: dict[str, float] = field(default_factory=dict)
+    #: per token, the ``SamplingParams.top_logprobs`` most likely ``(id, logprob)`` pairs
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.logprobs):
             raise GeneratorError(f"{len(self.ids)} ids but {len(self.logprobs)} logprobs")
         if self.entropy is not None and len(self.entropy) != len(self.ids):
             raise GeneratorError(f"{len(self.ids)} ids but {len(self.entropy)} entropies")
+
+
+#: ``on_token(row, token_id, logprob, top)`` is called as each token is sampled (``row`` indexes the
+#: prompts, ``top`` is the step's top-logprob pairs or None); returning True ends that row there
+#: with finish_reason "stop" (the token is kept), e.g. when a stop string has appeared.
+TokenCallback = Callable[[int, int, float, "list[tuple[int, float]] | None"], bool]
+
+
+def replay_tokens(outputs: list[GenerationOutput], on_token: TokenCallback) -> None:
+    """Feed finished outputs to ``on_token`` as if streamed; a row the callback stops is cut there.
+
+    Generators that cannot call back during decoding get streaming and stop strings this way.
+    """
+    for row, out in enumerate(outputs):
+        for j, token in enumerate(out.ids):
+            top = out.top_logprobs[j] if out.top_logprobs is not None else None
+            if on_token(row, token, out.logprobs[j], top):
+                out.ids, out.logprobs = out.ids[: j + 1], out.logprobs[: j + 1]
+                if out.entropy is not None:
+                    out.entropy = out.entropy[: j + 1]
+                if out.top_logprobs is not None:
+                    out.top_logprobs = out.top_logprobs[: j + 1]
+                out.finish_reason = "stop"
+                break
 
 
 class Generator(ABC):
@@ -85,6 +114,10 @@ class Generator(ABC):
     #: prompt's continuation does not depend on its batch-mates (the runner then batches requests
     #: of different seeds together).
     supports_row_seeds: bool = False
+    #: Whether ``generate`` takes ``on_token`` and calls it while decoding (else see :func:`replay_tokens`).
+    supports_streaming: bool = False
+    #: Whether ``generate`` honours ``SamplingParams.top_logprobs``.
+    supports_top_logprobs: bool = False
 
     @abstractmethod
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:
@@ -101,6 +134,22 @@ class Generator(ABC):
         if seeds is None:
             return await asyncio.to_thread(self.generate, prompts, sampling)
         return await asyncio.to_thread(self.generate, prompts, sampling, seeds=seeds)  # type: ignore[call-arg]
+
+    async def agenerate_streaming(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        on_token: TokenCallback,
+        seeds: Sequence[int | None] | None = None,
+    ) -> list[GenerationOutput]:
+        """:meth:`agenerate` calling ``on_token`` per sampled token: during decoding where the backend
+        can (``supports_streaming``), else replayed from the finished outputs."""
+        if self.supports_streaming:
+            kwargs = {} if seeds is None else {"seeds": seeds}
+            return await asyncio.to_thread(self.generate, prompts, sampling, on_token, **kwargs)  # type: ignore[call-arg]
+        outputs = await self.agenerate(prompts, sampling, seeds)
+        replay_tokens(outputs, on_token)
+        return outputs
 
     def score(
         self, contexts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], *, temperature: float = 1.0

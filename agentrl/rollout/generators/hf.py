@@ -21,9 +21,11 @@ from agentrl.rollout.generators.base import (
     GenerationOutput,
     Generator,
     SamplingParams,
+    TokenCallback,
     check_prompts,
     derive_seed,
 )
+from agentrl.rollout.generators.sampling import sample_next, top_pairs
 
 
 def eos_ids(model: Any, tokenizer: Any) -> set[int]:
@@ -52,42 +54,6 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: Any) -> tupl
     return input_ids.to(device), attention.to(device)
 
 
-def sample_next(
-    logits: torch.Tensor, sampling: SamplingParams, rngs: Sequence[torch.Generator] | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Pick next tokens from raw logits ``[B, V]``, row ``b`` drawing from ``rngs[b]``.
-
-    Each row takes exactly one uniform from its own generator and inverts its (truncated) CDF, so
-    a row's token depends only on its logits and its stream, never on the other rows of the batch
-    (``torch.multinomial`` draws a whole batch from one stream). ``rngs`` may repeat one
-    generator; it is unused when greedy.
-
-    Returns ``(tokens [B], logprobs [B], entropy [B])`` where log-prob and entropy come from
-    ``log_softmax(logits / T)`` (before top-p/top-k truncation).
-    """
-    logp = torch.log_softmax(logits.float() / sampling.scale, dim=-1)  # [B, V]
-    entropy = -(logp.exp() * logp).sum(-1)  # [B]
-    if sampling.greedy or rngs is None:
-        tokens = logits.argmax(-1)
-    else:
-        probs = logp.exp()
-        if sampling.top_k > 0:
-            kth = torch.topk(probs, min(sampling.top_k, probs.shape[-1]), dim=-1).values[:, -1:]
-            probs = torch.where(probs < kth, torch.zeros_like(probs), probs)
-        if sampling.top_p < 1.0:
-            sorted_probs, order = probs.sort(dim=-1, descending=True)
-            before = sorted_probs.cumsum(-1) - sorted_probs  # mass strictly before each token
-            sorted_probs = torch.where(before >= sampling.top_p, torch.zeros_like(sorted_probs), sorted_probs)
-            probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-        cdf = probs.cumsum(-1)  # [B, V]
-        total = cdf[:, -1:]  # [B, 1]
-        u = torch.cat([torch.rand(1, generator=g) for g in rngs]).to(cdf.device)[:, None]  # [B, 1]
-        # strictly below the total, so the first index whose CDF exceeds it has probability > 0
-        x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
-        tokens = torch.searchsorted(cdf, x, right=True).squeeze(-1)  # [B]
-    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1), entropy
-
-
 def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
     n = min(len(a), len(b), limit)
     if a[:n] == tuple(b[:n]):
@@ -100,6 +66,12 @@ def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def _remap_row(
+    on_token: TokenCallback, rows: list[int], row: int, token: int, logprob: float, top: Any
+) -> bool:
+    return on_token(rows[row], token, logprob, top)
 
 
 class PrefixCache:
@@ -234,6 +206,8 @@ class HFGenerator(Generator):
     supports_entropy = True
     supports_score = True
     supports_row_seeds = True
+    supports_streaming = True
+    supports_top_logprobs = True
 
     def __init__(
         self,
@@ -278,6 +252,7 @@ class HFGenerator(Generator):
         self,
         prompts: Sequence[Sequence[int]],
         sampling: SamplingParams,
+        on_token: TokenCallback | None = None,
         *,
         seeds: Sequence[int | None] | None = None,
     ) -> list[GenerationOutput]:
@@ -309,14 +284,23 @@ class HFGenerator(Generator):
             ]
             for start in range(0, len(order), self.max_batch_size):
                 chunk = order[start : start + self.max_batch_size]
-                batch = self._generate_batch([prompts[i] for i in chunk], sampling, [rngs[i] for i in chunk])
-                for idx, out in zip(chunk, batch, strict=True):
+                callback = None
+                if on_token is not None:
+                    callback = functools.partial(_remap_row, on_token, chunk)
+                batch_out = self._generate_batch(
+                    [prompts[i] for i in chunk], sampling, [rngs[i] for i in chunk], callback
+                )
+                for idx, out in zip(chunk, batch_out, strict=True):
                     outputs[idx] = out
         return outputs  # type: ignore[return-value]
 
     @torch.no_grad()
     def _generate_batch(
-        self, prompts: list[Sequence[int]], sampling: SamplingParams, rngs: list[torch.Generator]
+        self,
+        prompts: list[Sequence[int]],
+        sampling: SamplingParams,
+        rngs: list[torch.Generator],
+        on_token: TokenCallback | None = None,
     ) -> list[GenerationOutput]:
         """Prefill, then decode the batch step by step. Rows that stopped leave the batch once a
         quarter of it has (their cache rows are dropped), so the rest decode at a smaller batch."""
@@ -342,20 +326,25 @@ class HFGenerator(Generator):
         ids: list[list[int]] = [[] for _ in range(batch)]
         logps: list[list[float]] = [[] for _ in range(batch)]
         ents: list[list[float]] = [[] for _ in range(batch)]
+        tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(batch)]
         reasons = ["length"] * batch
         rows = list(range(batch))  # prompt index of each row still in the batch
         finished = [False] * batch  # per row of the current batch
         for step in range(sampling.max_new_tokens):
-            tokens, logp, entropy = sample_next(logits, sampling, [rngs[b] for b in rows])
+            tokens, logp, entropy, dist = sample_next(logits, sampling, [rngs[b] for b in rows])
             is_stop = torch.isin(tokens, stop)
             tok_l, lp_l, ent_l, stop_l = tokens.tolist(), logp.tolist(), entropy.tolist(), is_stop.tolist()
+            top_l = top_pairs(dist, sampling.top_logprobs)
             for r, b in enumerate(rows):
                 if finished[r]:
                     continue
                 ids[b].append(tok_l[r])
                 logps[b].append(lp_l[r])
                 ents[b].append(ent_l[r])
-                if stop_l[r]:
+                if top_l is not None:
+                    tops[b].append(top_l[r])
+                ended = on_token(b, tok_l[r], lp_l[r], top_l[r] if top_l else None) if on_token else False
+                if stop_l[r] or ended:
                     finished[r] = True
                     reasons[b] = "stop"
             if all(finished) or step + 1 == sampling.max_new_tokens:
@@ -394,6 +383,7 @@ class HFGenerator(Generator):
                 entropy=ents[b] if sampling.return_entropy else None,
                 finish_reason=reasons[b],
                 timings=dict(timings),
+                top_logprobs=tops[b] if sampling.top_logprobs else None,
             )
             for b in range(batch)
         ]
