@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import threading
 import time
@@ -28,7 +29,7 @@ from typing import Any
 from agentrl.errors import GeneratorError
 from agentrl.rollout.batcher import Batcher
 from agentrl.rollout.chat_request import ChatPrompt, chat_prompt
-from agentrl.rollout.generators.base import GenerationOutput, Generator
+from agentrl.rollout.generators.base import GenerationOutput, Generator, derive_seed
 from agentrl.rollout.openai_protocol import ApiError, LogprobFormatter, RequestParams, parse_params
 from agentrl.rollout.textstream import ChoiceStream, Delta
 from agentrl.serving import listen_socket
@@ -81,8 +82,11 @@ class _Job:
 
     async def _run(self, batcher: Batcher, index: int, prompt: list[int]) -> GenerationOutput:
         stream = self.streams[index]
+        sampling = self.params.sampling
+        if sampling.seed is not None:  # choice i has its own stream: distinct, and the same in any batch
+            sampling = dataclasses.replace(sampling, seed=derive_seed(sampling.seed, index))
         try:
-            out = await batcher.submit(prompt, self.params.sampling, stream.feed)
+            out = await batcher.submit(prompt, sampling, stream.feed)
         except BaseException as exc:
             self.queue.put_nowait((index, exc))
             raise
