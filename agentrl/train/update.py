@@ -20,9 +20,37 @@ from agentrl.train.plan import ObjectivePlan, objective_plan
 from agentrl.trajectory import TokenBatch
 
 
-def row_chunks(rows: Tensor, size: int) -> list[Tensor]:
-    """Split a 1-D index tensor into consecutive pieces of at most ``size``."""
-    return [rows[i : i + size] for i in range(0, rows.numel(), size)]
+def row_chunks(rows: Tensor, size: int, groups: Tensor | None = None) -> list[Tensor]:
+    """Split a 1-D index tensor into consecutive pieces of at most ``size``.
+
+    With ``groups`` (``[B]`` group of each row, rows of a group contiguous in ``rows``) a piece
+    never splits a group: it closes before a group that would overflow it (a group larger than
+    ``size`` is a piece of its own).
+    """
+    if groups is None:
+        return [rows[i : i + size] for i in range(0, rows.numel(), size)]
+    n = rows.numel()
+    ids = groups[rows].tolist()
+    ends = [i for i in range(1, n) if ids[i] != ids[i - 1]] + [n]  # exclusive end of each group
+    pieces: list[Tensor] = []
+    start = last = 0
+    for end in ends:
+        if end - start > size and last > start:  # this group would overflow: close before it
+            pieces.append(rows[start:last])
+            start = last
+        last = end
+    if start < n:
+        pieces.append(rows[start:n])
+    return pieces
+
+
+def group_order(order: Tensor, groups: Tensor) -> Tensor:
+    """``order`` with the rows of each group made contiguous (groups in order of first appearance)."""
+    first: dict[int, int] = {}
+    for pos, g in enumerate(groups[order].tolist()):
+        first.setdefault(g, pos)
+    rank = torch.tensor([first[g] for g in groups[order].tolist()], dtype=torch.long)
+    return order[torch.sort(rank, stable=True).indices]
 
 
 def _slice(tokens: TokenBatch, idx: Tensor) -> tuple[Tensor, Tensor, Tensor, int]:
@@ -52,14 +80,17 @@ def score_tokens(engine: Any, tokens: TokenBatch, micro_batch_size: int, *, refe
     return out
 
 
-def norm_units(agg: str, mask: Tensor) -> Tensor:
-    """How much of an aggregation's normaliser ``mask`` holds: tokens, or rows that count."""
+def norm_units(agg: str, mask: Tensor, seq_id: Tensor | None = None) -> Tensor:
+    """How much of an aggregation's normaliser ``mask`` holds: tokens, or sequences that count
+    (rows, or distinct ``seq_id`` with ``agg_unit=rollout``)."""
     m = mask.bool()
     if agg == "token-mean":
         return m.sum().float()
     if agg == "constant":
-        return torch.tensor(float(m.shape[0]))
-    return m.any(dim=1).sum().float()  # seq-mean-*: sequences with at least one token
+        return torch.tensor(float(m.shape[0] if seq_id is None else seq_id.unique().numel()))
+    if seq_id is None:
+        return m.any(dim=1).sum().float()  # seq-mean-*: sequences with at least one token
+    return torch.tensor(float(seq_id[m.any(dim=1)].unique().numel()))
 
 
 def loss_options(plan: ObjectivePlan, width: int) -> dict[str, Any]:
@@ -130,6 +161,7 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
     if clip_bias is not None:
         bias_options = {k: v for k, v in options.items() if k in clip_bias.option_defaults()}
     trainable = fields["loss_mask"].bool().any(dim=1)  # [B]
+    seq = fields.get("seq_id")  # [B] rollout of each row, with agg_unit=rollout
     device = engine.policy.lm.device
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
@@ -142,15 +174,20 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
     for _epoch in range(train.ppo_epochs):
         order = torch.randperm(tokens.input_ids.shape[0], generator=rng)
         order = order[trainable[order]]
-        for minibatch in row_chunks(order, train.minibatch_size):
+        if seq is not None:  # a rollout's rows stay in one micro-batch: its normaliser is whole
+            order = group_order(order, seq)
+        for minibatch in row_chunks(order, train.minibatch_size, seq):
             mb_mask = fields["loss_mask"][minibatch]
-            total_units = engine.all_reduce_sum(norm_units(agg, mb_mask))
+            mb_seq = seq[minibatch] if seq is not None else None
+            total_units = engine.all_reduce_sum(norm_units(agg, mb_mask, mb_seq))
             total_tokens = engine.all_reduce_sum(norm_units("token-mean", mb_mask))
-            micros = row_chunks(minibatch, train.micro_batch_size)
+            micros = row_chunks(minibatch, train.micro_batch_size, seq)
 
             def weight_of(micro: _Micro, total_units: Tensor = total_units) -> float:
                 return float(
-                    norm_units(agg, micro.loss_mask).cpu() / total_units.clamp_min(1) * engine.world_size
+                    norm_units(agg, micro.loss_mask, micro.inputs.get("seq_id")).cpu()
+                    / total_units.clamp_min(1)
+                    * engine.world_size
                 )
 
             scale, extra = 1.0, {}
