@@ -50,6 +50,10 @@ Losses (``agentrl.algos.losses``; each returns ``(scalar loss, metrics: dict[str
       scale, c_norm = clip_bias_scale(s_c, params)      # 1 / max(1, ||C||_2), graph retained
       loss.backward(); scale_grads_(params, scale)       # never enlarges the gradient
 
+  With gradient accumulation, ``C`` is summed over every micro-batch of the optimizer step first
+  and ``clip_bias_scale_from_norm(||C||)`` gives the one scale (what ``agentrl.train`` does, with
+  the loss's own ratio and clip options).
+
 - ``value_loss(values, old_values, returns, mask, *, clip=0.5, agg="token-mean")``.
 - ``foldact(logp, old_logp, adv, mask, token_kind, full_ctx_logp, *, w_summary=0.3, w_action=0.7,
   w_consistency=0.1, clip=0.2, dual_clip=None, ratio_max=10.0, summary_kinds=(Source.SUMMARY,),
@@ -127,6 +131,7 @@ from agentrl.algos.losses import (
     agg_loss,
     clip_bias_norm,
     clip_bias_scale,
+    clip_bias_scale_from_norm,
     foldact,
     ppo_clip,
     scale_grads_,
@@ -148,6 +153,7 @@ __all__ = [
     "agg_loss",
     "clip_bias_norm",
     "clip_bias_scale",
+    "clip_bias_scale_from_norm",
     "empg",
     "empg_grpo",
     "foldact",

@@ -59,25 +59,30 @@ def _run(tiny_model_dir, tmp_path, name, *overrides):
     return step, json.loads((out / "summary.json").read_text())["objective"]
 
 
+ADVANTAGES = ("igpo", "empg", "gigpo", "foldgrpo", "supo")
+LOSSES = ("ppo_clip", "turn_ppo", "foldact", "gspo", "dapo")
+GRID_REFUSED = {
+    **{(a, "gspo"): "sequence-level ratio" for a in ("igpo", "empg", "gigpo", "foldgrpo")},
+    ("foldgrpo", "foldact"): "set rollout.folding=",
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        ["algo.advantage=igpo", "algo.loss=ppo_clip"],
-        ["algo.advantage=foldgrpo", "algo.loss=turn_ppo", "rollout.folding=branch"],
-        ["algo.advantage=supo", "algo.loss=gspo"],
-    ],
-    ids=["igpo-ppo_clip", "foldgrpo-turn_ppo", "supo-gspo"],
-)
-def test_objective_trains_through_the_cli(tiny_model_dir, tmp_path, overrides, capsys):
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("advantage", ADVANTAGES)
+def test_objective_trains_through_the_cli_or_is_refused(tiny_model_dir, tmp_path, advantage, loss, capsys):
+    folding = "summary" if loss == "foldact" else "branch" if advantage == "foldgrpo" else "none"
+    overrides = [f"algo.advantage={advantage}", f"algo.loss={loss}", f"rollout.folding={folding}",
+                 "rollout.summary_threshold=60", "rollout.max_summaries=2"]  # fmt: skip
+    if (advantage, loss) in GRID_REFUSED:
+        assert main(None, [f"model.name={tiny_model_dir}", *TINY_RUN, *overrides]) == 2
+        assert GRID_REFUSED[advantage, loss] in " ".join(capsys.readouterr().err.split())
+        return
     step, objective = _run(tiny_model_dir, tmp_path, "run", *overrides)
     printed = capsys.readouterr()
-    assert f'"advantage": "{objective["advantage"]}"' in printed.out + printed.err  # printed at start
-    assert (
-        objective["advantage"] == overrides[0].split("=")[1]
-        and objective["loss"] == overrides[1].split("=")[1]
-    )
-    if objective["advantage"] == "supo" and step["env/truncated"] == 1.0:
+    assert f'"advantage": "{advantage}"' in printed.out + printed.err  # resolved options printed at start
+    assert (objective["advantage"], objective["loss"]) == (advantage, loss)
+    if advantage == "supo" and step["env/truncated"] == 1.0:
         # every rollout was cut by a budget: SUPO gives them exactly nothing to train on
         assert "loss/loss" not in step and step["rollout/advantage_abs"] == 0.0
     else:
