@@ -148,6 +148,7 @@ def test_supo_unfinished_rollouts_add_exactly_nothing():
     assert (_grads(mutated, *off)[0] - _grads(eps, *off)[0]).abs().max() > 1e-4
 
 
+@pytest.mark.slow
 def test_supo_per_rollout_normaliser_is_selectable():
     eps = episodes(n_groups=2, group_size=3, seed=3)
     for ep in eps:  # two rows per rollout: a summary restart
@@ -163,6 +164,7 @@ def test_supo_per_rollout_normaliser_is_selectable():
     torch.testing.assert_close(micro, by_rollout, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_stppo_scale_is_one_per_minibatch_with_the_losss_ratio():
     eps = episodes(n_groups=2, group_size=4, seed=4, max_turns=3)
     opts = [
