@@ -241,7 +241,10 @@ def _clip_bias_scale(engine: Any, tokens: TokenBatch, fields: dict[str, Tensor],
         micro = _Micro(engine, tokens, fields, idx, adv, module=False)  # no DDP hooks: autograd.grad only
         surrogate, metrics = clip_bias.from_batch(micro.inputs, micro.adv, **options)
         in_set += metrics["clip_bias_frac"] * float(micro.loss_mask.sum())
-        grads = torch.autograd.grad(surrogate * weight_of(micro), params, allow_unused=True)
+        # weight_of carries the DDP world-size factor (ranks' gradients are averaged); C is a sum
+        grads = torch.autograd.grad(
+            surrogate * weight_of(micro) / engine.world_size, params, allow_unused=True
+        )
         for i, g in enumerate(grads):
             if g is not None:
                 total[i] = g if total[i] is None else total[i] + g
