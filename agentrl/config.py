@@ -162,24 +162,26 @@ class AlgoConfig:
     """Advantage estimator name (agentrl.algos registry): grpo, igpo, empg, gae, foldgrpo, gigpo, ..."""
     loss: str = "ppo_clip"
     """Policy loss name (agentrl.algos registry): ppo_clip, foldact, ..."""
-    ratio: str = "token"
-    """Importance ratio level for ppo_clip: token | turn (ST-PPO) | sequence (GSPO)."""
-    agg: str = "token-mean"
-    """Loss aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum | constant."""
-    clip_low: float = 0.2
-    """Lower PPO clip epsilon."""
-    clip_high: float = 0.2
-    """Upper PPO clip epsilon (DAPO clip-higher: 0.28)."""
+    ratio: str | None = None
+    """Importance ratio level for PPO-clip losses: token | turn (ST-PPO) | sequence (GSPO); unset = the loss's preset (token)."""
+    agg: str | None = None
+    """Loss aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum | constant; unset = the loss's preset (token-mean)."""
+    agg_unit: str | None = None
+    """What a "sequence" is in seq-mean / constant aggregation: row | rollout (all rows of a rollout: SUPO segments, fold branches); unset = row."""
+    clip_low: float | None = None
+    """Lower PPO clip epsilon; unset = the loss's preset (0.2)."""
+    clip_high: float | None = None
+    """Upper PPO clip epsilon; unset = the loss's preset (0.2; dapo/foldgrpo 0.28, gspo 4e-4)."""
     kl_coef: float = 0.0
     """Coefficient of the KL penalty to the reference policy (0 = no reference pass)."""
     kl_kind: str = "k3"
     """KL estimator: k1 | k2 | k3."""
     entropy_coef: float = 0.0
     """Entropy bonus coefficient."""
-    gamma: float = 1.0
-    """Discount over turns (IGPO) or tokens (GAE)."""
-    lam: float = 1.0
-    """GAE lambda."""
+    gamma: float | None = None
+    """Discount over turns (IGPO, GiGPO) or tokens (GAE); unset = the estimator's default (1.0; gigpo 0.95)."""
+    lam: float | None = None
+    """GAE lambda; unset = 1.0."""
     clip_bias_correction: bool = False
     """S-PPO clipping-bias correction (reconstruction; see agentrl.algos.losses.clip_bias_norm)."""
     dynamic_sampling: bool = False
@@ -200,22 +202,27 @@ class AlgoConfig:
     """Behaviour log-probs for the ratio: recompute (learner pass before the update) | sampler."""
     ig_template: str = "Now there's enough information to answer.\n<answer>{answer}</answer>"
     """IGPO: text appended after each turn's context to score the gold answer (only {answer} is averaged)."""
+    full_ctx_dropout: float = 0.0
+    """FoldAct selective segment training: probability that a turn is left out of the full-context pass (and of the consistency loss); README example 0.5."""
 
     def validate(self, prefix: str) -> None:
-        _choice(f"{prefix}.ratio", self.ratio, ("token", "turn", "sequence"))
+        _choice(f"{prefix}.ratio", self.ratio, ("token", "turn", "sequence", None))
         _choice(
-            f"{prefix}.agg", self.agg, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "constant")
-        )
+            f"{prefix}.agg", self.agg,
+            ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "constant", None),
+        )  # fmt: skip
+        _choice(f"{prefix}.agg_unit", self.agg_unit, ("row", "rollout", None))
         _choice(f"{prefix}.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
         _choice(f"{prefix}.old_logprobs", self.old_logprobs, ("recompute", "sampler"))
         if self.vf_coef < 0 or self.vf_clip < 0:
             raise ConfigError(f"{prefix}.vf_coef", "vf_coef and vf_clip must be >= 0")
         self._check_registered(prefix)
-        if not 0.0 <= self.clip_low < 1.0:
+        if self.clip_low is not None and not 0.0 <= self.clip_low < 1.0:
             raise ConfigError(f"{prefix}.clip_low", f"must be in [0, 1), got {self.clip_low}")
-        if self.clip_high < 0:
+        if self.clip_high is not None and self.clip_high < 0:
             raise ConfigError(f"{prefix}.clip_high", f"must be >= 0, got {self.clip_high}")
-
+        if not 0.0 <= self.full_ctx_dropout < 1.0:
+            raise ConfigError(f"{prefix}.full_ctx_dropout", f"must be in [0, 1), got {self.full_ctx_dropout}")
 
     def _check_registered(self, prefix: str) -> None:
         # names are checked against the registries so a typo fails before any model loads
@@ -337,12 +344,16 @@ class RunConfig:
         # env last: it is the only check that imports the env registry
         for name in ("model", "rollout", "algo", "train", "env"):
             getattr(self, name).validate(name)
+        from agentrl.train.plan import objective_plan
+
+        objective_plan(self)  # every objective need has a producer under this config; options resolve
 
 
 # --------------------------------------------------------------------------- machinery
 def _choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
     if value not in choices:
-        raise ConfigError(name, f"{value!r} is not allowed", f"use one of: {', '.join(map(str, choices))}")
+        allowed = ", ".join(str(c) for c in choices if c is not None)
+        raise ConfigError(name, f"{value!r} is not allowed", f"use one of: {allowed}")
 
 
 def field_docs(cls: type) -> dict[str, str]:

@@ -12,6 +12,7 @@ algorithm's name: estimators, losses and KL come from ``agentrl.registry`` and t
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import time
 from pathlib import Path
@@ -30,6 +31,7 @@ from agentrl.train.fields import LazyScores, StepData
 from agentrl.train.igscore import GoldAnswerScorer, learner_continuation_scorer
 from agentrl.train.learner import build_policy, is_peft
 from agentrl.train.metrics import MetricsLogger
+from agentrl.train.plan import objective_plan
 from agentrl.train.precision import resolve_bf16
 from agentrl.train.progress import RunProgress
 from agentrl.train.update import compute_advantages, ppo_update, score_tokens
@@ -225,6 +227,8 @@ def train(config: RunConfig) -> dict[str, Any]:
 
         logger.console.print(describe(config.rollout))
     evaluate = _evaluator(config, rollouts, policy, logger, progress)
+    objective = objective_plan(config).summary()  # resolved options: printed now, saved in summary.json
+    logger.console.print(f"objective: {json.dumps(objective)}")
 
     # supervised warm-up on oracle demonstrations (fresh runs only: a checkpoint already has it)
     if resume_from is None and train_cfg.sft_warmup_steps > 0:
@@ -297,7 +301,9 @@ def train(config: RunConfig) -> dict[str, Any]:
                 if algo.kl_coef > 0
                 else None
             )
-            data = StepData(episodes=kept, tokens=tokens, old=old, config=config, ig_scorer=ig_scorer)
+            data = StepData(
+                episodes=kept, tokens=tokens, old=old, config=config, ig_scorer=ig_scorer, engine=engine
+            )
             with progress.phase(f"{tag} scoring", per_step=False, key="scoring"):
                 adv, returns, batch = compute_advantages(data)  # the behaviour pass runs here (lazy)
             scoring_s = time.perf_counter() - t0
@@ -326,7 +332,7 @@ def train(config: RunConfig) -> dict[str, Any]:
             save_checkpoint(out_dir, step + 1, engine, state)
 
     summary = {**compare_evals(state["eval_before"], evaluate(train_cfg.steps)),
-               "steps": train_cfg.steps, "out_dir": str(out_dir)}  # fmt: skip
+               "steps": train_cfg.steps, "out_dir": str(out_dir), "objective": objective}  # fmt: skip
     logger.table(
         "held-out success (same tasks before and after RL)",
         [(f"{summary['success_before']:.3f}", f"{summary['success_after']:.3f}", str(summary["eval_episodes"]),
@@ -338,7 +344,7 @@ def train(config: RunConfig) -> dict[str, Any]:
     progress.close()
     summary["precision"] = precision.as_dict()
     if rank0:
-        (out_dir / "summary.json").write_text(__import__("json").dumps(summary, indent=2))
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 

@@ -19,17 +19,6 @@ TINY_RUN = [
 ]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    from agentrl.rollout.model import load_tokenizer, tiny_model
-
-    path = tmp_path_factory.mktemp("tiny-model")
-    tokenizer = load_tokenizer("smollm2-135m")
-    tiny_model(tokenizer, layers=1, hidden=32, seed=0).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 def _weights(out_dir):
     state = torch.load(out_dir / "checkpoints" / "step-000003" / "engine.pt", weights_only=False)
     return state["policy"]

@@ -73,7 +73,7 @@ def step_data(policy_engine, eps, cfg, **kw):
 
     tokens = build_batch(eps)
     old = score_tokens(policy_engine, tokens, cfg.train.micro_batch_size)
-    return StepData(episodes=eps, tokens=tokens, old=old, config=cfg, **kw)
+    return StepData(episodes=eps, tokens=tokens, old=old, config=cfg, engine=policy_engine, **kw)
 
 
 def replace(cfg: RunConfig, section: str, **values) -> RunConfig:
