@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_trainer import tiny_model_dir  # noqa: F401  (fixture)
 from typer.testing import CliRunner
 
 from agentrl.cli import app
 
 
 @pytest.mark.slow
-def test_foldgrpo_run_reports_process_penalties(tiny_model_dir, tmp_path):  # noqa: F811
+def test_foldgrpo_run_reports_process_penalties(tiny_model_dir, tmp_path):
     """A tiny random model never branches nor succeeds, so the rule that must fire is the unfolded one:
     with the threshold at 5% of the context every main-thread token it generates is past it (share 1),
     while no call failed and no branch was judged (shares 0)."""
