@@ -33,17 +33,6 @@ def agentrl_train(*args: str, timeout: int = 900) -> subprocess.CompletedProcess
     )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    from agentrl.rollout.model import load_tokenizer, tiny_model
-
-    path = tmp_path_factory.mktemp("tiny-model")
-    tokenizer = load_tokenizer("smollm2-135m")
-    tiny_model(tokenizer, layers=1, hidden=32, seed=0).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 @pytest.mark.slow
 def test_train_through_a_pipe_prints_every_phase_and_records_the_auto_precision(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
