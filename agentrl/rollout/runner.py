@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import time
 import traceback
@@ -170,6 +171,8 @@ class Runner:
     # ------------------------------------------------------------------ one episode
     async def _episode(self, job: _Job, executor: ThreadPoolExecutor, policy: Policy) -> Episode:
         async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            if inspect.iscoroutinefunction(fn):  # remote envs (env.placement: ray) await their actor
+                return await fn(*args, **kwargs)
             return await call_in_executor(executor, fn, *args, **kwargs)
 
         options, _ = _task_options(job.task)
