@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import logging
 import os
 import threading
 import uuid
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.errors import ConfigError, EnvError
+
+log = logging.getLogger("agentrl.rollout")
 
 PLACEMENTS = ("local", "ray")
 RAY_FIELDS = ("ray_address", "num_cpus_per_env", "envs_per_actor", "ray_resources", "ray_call_timeout_s")
@@ -99,6 +102,13 @@ def init_ray(address: str | None) -> Any:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     return ray
+
+
+def episode_envs(env_cfg: Any, env_kwargs: dict[str, Any], local: Any) -> Any:
+    """The runner's env source for ``env.placement``: ``local`` (a factory) or a :class:`RayEnvs` pool."""
+    if env_cfg.placement != "ray":
+        return local
+    return RayEnvs(env_cfg.id, env_kwargs, RaySettings.from_env(env_cfg))
 
 
 class EnvHost:
@@ -183,6 +193,13 @@ class RayEnvs:
             scheduling_strategy="SPREAD",
         )
         self.open_envs: dict[str, RemoteEnv] = {}  # live handles, for inspection (tests, benchmarks)
+        nodes = [n for n in self.ray.nodes() if n.get("Alive")]
+        log.info(
+            "env placement ray: %s on %d node(s) (%s CPU), %s env(s)/actor, %.2f CPU/env, resources %s, "
+            "call timeout %.0fs",
+            env_id, len(nodes), self.ray.cluster_resources().get("CPU", 0), s.envs_per_actor,
+            s.num_cpus_per_env, dict(s.resources), s.call_timeout_s,
+        )  # fmt: skip
 
     def __call__(self) -> RemoteEnv:
         return RemoteEnv(self)
