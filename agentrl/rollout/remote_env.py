@@ -6,7 +6,7 @@ adapter with the env interface (``reset``/``step``/``unwrapped.final_info``/``cl
 methods await actor calls, so the agent, the token bookkeeping and the episode schema are the
 ones of a local env. Ray does the scheduling; this module only keeps a pool of actor slots.
 
-    envs = RayEnvs("agentrl/Search-v0", {"split": "train"}, RaySettings(address="auto"))
+    envs = RayEnvs("agentrl/Search-v0", {"split": "train"}, RaySettings(address="auto"))  # or a factory
     episodes = run_episodes(envs, tasks, generator, tokenizer, config)
 
 Every remote call has a timeout (``env.ray_call_timeout_s``). An actor that dies mid-episode
@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ from agentrl.errors import ConfigError, EnvError
 log = logging.getLogger("agentrl.rollout")
 
 PLACEMENTS = ("local", "ray")
+ACTOR_START_TIMEOUT_S = 300.0  # a new actor: process start, imports, env data (not a per-call budget)
 RAY_FIELDS = ("ray_address", "num_cpus_per_env", "envs_per_actor", "ray_resources", "ray_call_timeout_s")
 
 
@@ -114,8 +116,8 @@ def episode_envs(env_cfg: Any, env_kwargs: dict[str, Any], local: Any) -> Any:
 class EnvHost:
     """The actor body: hosts up to ``envs_per_actor`` envs, each keyed by its episode's handle."""
 
-    def __init__(self, env_id: str, env_kwargs: dict[str, Any]):
-        self.env_id = env_id
+    def __init__(self, env: str | Callable[[], Any], env_kwargs: dict[str, Any]):
+        self.env = env  # a registered id, or a zero-argument factory (shipped to the actor by Ray)
         self.env_kwargs = env_kwargs
         self.envs: dict[str, Any] = {}
 
@@ -130,7 +132,8 @@ class EnvHost:
 
         env = self.envs.get(key)
         if env is None:
-            env = self.envs[key] = make(self.env_id, **self.env_kwargs)
+            new = make(self.env, **self.env_kwargs) if isinstance(self.env, str) else self.env()
+            env = self.envs[key] = new
         obs, info = env.reset(seed=seed, options=options)
         inner = env.unwrapped
         meta = {
@@ -166,6 +169,8 @@ class _Actor:
         self.index = index
         self.used = 0
         self.dead = False
+        self.started = False
+        self.ready = handle.where.remote()  # resolves once the actor process runs
 
 
 class RayEnvs:
@@ -176,10 +181,18 @@ class RayEnvs:
     """
 
     def __init__(
-        self, env_id: str, env_kwargs: dict[str, Any] | None = None, settings: RaySettings | None = None
+        self,
+        env: str | Callable[[], Any],
+        env_kwargs: dict[str, Any] | None = None,
+        settings: RaySettings | None = None,
     ):
-        self.env_id = env_id
+        self.env = env
+        self.env_id = (
+            env if isinstance(env, str) else getattr(env, "env_id", getattr(env, "__name__", "custom"))
+        )
         self.env_kwargs = dict(env_kwargs or {})
+        if self.env_kwargs and not isinstance(env, str):
+            raise ConfigError("env.kwargs", "kwargs go with a registered env id", "bind them in the factory")
         self.settings = settings or RaySettings()
         self.ray = init_ray(self.settings.address)
         self._actors: list[_Actor] = []
@@ -197,7 +210,7 @@ class RayEnvs:
         log.info(
             "env placement ray: %s on %d node(s) (%s CPU), %s env(s)/actor, %.2f CPU/env, resources %s, "
             "call timeout %.0fs",
-            env_id, len(nodes), self.ray.cluster_resources().get("CPU", 0), s.envs_per_actor,
+            self.env_id, len(nodes), self.ray.cluster_resources().get("CPU", 0), s.envs_per_actor,
             s.num_cpus_per_env, dict(s.resources), s.call_timeout_s,
         )  # fmt: skip
 
@@ -211,7 +224,7 @@ class RayEnvs:
                 if not actor.dead and actor.used < self.settings.envs_per_actor:
                     actor.used += 1
                     return actor
-            actor = _Actor(self._actor_cls.remote(self.env_id, self.env_kwargs), next(self._counter))
+            actor = _Actor(self._actor_cls.remote(self.env, self.env_kwargs), next(self._counter))
             actor.used = 1
             self._actors.append(actor)
             return actor
@@ -261,16 +274,37 @@ class RemoteEnv:
         """The Ray actor handle hosting this env (``None`` before ``reset``)."""
         return self.actor.handle if self.actor is not None else None
 
+    async def _started(self) -> None:
+        """Waits (up to ``ACTOR_START_TIMEOUT_S``) until the actor runs: a new one needs a node with room."""
+        assert self.actor is not None
+        if self.actor.started:
+            return
+        s = self.pool.settings
+        need = f"{s.num_cpus_per_env * s.envs_per_actor} CPU and resources {dict(s.resources)}"
+        try:
+            await self._await(self.actor.ready, ACTOR_START_TIMEOUT_S, "start", kill=True)
+        except EnvError:
+            raise EnvError(
+                f"env actor {self.actor.index} did not start within {ACTOR_START_TIMEOUT_S:.0f}s: "
+                f"does a node have {need} free? (env.num_cpus_per_env, env.envs_per_actor, env.ray_resources)"
+            ) from None
+        self.actor.started = True
+
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         assert self.actor is not None
-        ray = self.pool.ray
-        timeout = self.pool.settings.call_timeout_s
+        await self._started()
         ref = getattr(self.actor.handle, method).remote(self.key, *args, **kwargs)
+        # a hung env alone on its actor: kill it to free its CPUs for a new one
+        return await self._await(ref, self.pool.settings.call_timeout_s, method, kill=self.actor.used == 1)
+
+    async def _await(self, ref: Any, timeout: float, method: str, *, kill: bool) -> Any:
+        assert self.actor is not None
+        ray = self.pool.ray
         try:
             return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=timeout)
         except TimeoutError:
             ray.cancel(ref)
-            if self.actor.used == 1:  # a hung env alone on its actor: free the CPUs for a new one
+            if kill:
                 self.pool.mark_dead(self.actor)
                 ray.kill(self.actor.handle)
             raise EnvError(
@@ -300,6 +334,8 @@ class RemoteEnv:
 
     async def final_info(self, *args: Any, **kwargs: Any) -> Any:
         return await self._call("final_info", *args, **kwargs)
+
+    close_never_blocks = True  # the runner closes it inline, so its slot is free for the next episode
 
     def close(self) -> None:
         """Frees the slot; the actor closes the env in the background (nothing to wait for)."""

@@ -200,9 +200,10 @@ class Runner:
             ) from None
         finally:
             self._running.pop(job.index, None)
-            # close() may hang in a broken env: do not wait for it
-            loop = asyncio.get_running_loop()
-            loop.run_in_executor(executor, _close_quietly, env)
+            if getattr(env, "close_never_blocks", False):
+                _close_quietly(env)  # a remote env frees its actor slot now, before the next episode starts
+            else:  # close() may hang in a broken env: do not wait for it
+                asyncio.get_running_loop().run_in_executor(executor, _close_quietly, env)
 
     async def _job(
         self, job: _Job, executor: ThreadPoolExecutor, make_policy: Callable[[], Policy]

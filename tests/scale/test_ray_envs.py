@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 import pytest
 
@@ -111,3 +112,38 @@ def test_an_env_actor_killed_mid_episode_costs_only_its_episode(ray_cluster, tok
     assert [e.outcome for e in episodes if not e.failed] == [1.0, 1.0, 1.0]
     assert stats.failed == 1 and stats.episodes == 4
     assert not again.failed and again.outcome == 1.0
+
+
+def _hanging_lookup_env():
+    """The toy lookup env whose tool sleeps 30 s on task k2 (the actor's copy of the class hangs)."""
+    from tests.rollout.toy import LookupEnv, make_lookup_env
+
+    LookupEnv.faults = {"hang_on": "k2", "hang_s": 30}
+    LookupEnv.hangs_left["count"] = 1
+    return make_lookup_env()
+
+
+def test_a_hung_remote_call_times_out_and_fails_only_its_episode(ray_cluster, tokenizer):
+    import ray.cloudpickle
+
+    import tests.rollout.toy
+    from agentrl.rollout.generators.scripted import ScriptedGenerator
+    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+    from agentrl.rollout.runner import run_episodes
+    from tests.rollout.test_agent import lookup_script
+
+    # the actors run in other processes: ship the test's env code by value, not by module name
+    ray.cloudpickle.register_pickle_by_value(tests.rollout.toy)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    envs = RayEnvs(_hanging_lookup_env, None, RaySettings(num_cpus_per_env=0.25, call_timeout_s=2))
+    try:
+        gen = ScriptedGenerator(tokenizer, lookup_script)
+        episodes = run_episodes(envs, ["k1", "k2", "k3"], gen, tokenizer, _config())
+    finally:
+        envs.shutdown()
+        ray.cloudpickle.unregister_pickle_by_value(tests.rollout.toy)
+        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert [e.failed for e in episodes] == [False, True, False]
+    hung = episodes[1]
+    assert "remote env step took over 2s" in hung.error and "env.ray_call_timeout_s" in hung.error, hung.error
+    assert [e.outcome for e in episodes if not e.failed] == [1.0, 1.0]
