@@ -75,6 +75,8 @@ class EnvConfig:
     """With placement ray: custom resource labels each env actor needs, e.g. {envnode: 1}."""
     ray_call_timeout_s: float = 120.0
     """With placement ray: timeout of each remote env call (reset/step); past it the episode fails."""
+    ray_lost_retries: int = 0
+    """With placement ray: times an episode whose env actor died is rerun on a new actor (0: recorded failed)."""
 
     def validate(self, prefix: str) -> None:
         from agentrl.env import registered_ids

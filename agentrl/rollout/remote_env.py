@@ -10,8 +10,9 @@ ones of a local env. Ray does the scheduling; this module only keeps a pool of a
     episodes = run_episodes(envs, tasks, generator, tokenizer, config)
 
 Every remote call has a timeout (``env.ray_call_timeout_s``). An actor that dies mid-episode
-fails only the episodes it hosted (recorded with the cause); the pool drops it and later episodes
-get a new actor. ``ray`` is imported only here, and only when Ray placement is used.
+fails only the episodes it hosted (recorded with the cause, or rerun on a new actor
+``env.ray_lost_retries`` times); the pool drops it and later episodes get a new actor.
+``ray`` is imported only here, and only when Ray placement is used.
 """
 
 from __future__ import annotations
@@ -33,7 +34,20 @@ log = logging.getLogger("agentrl.rollout")
 
 PLACEMENTS = ("local", "ray")
 ACTOR_START_TIMEOUT_S = 300.0  # a new actor: process start, imports, env data (not a per-call budget)
-RAY_FIELDS = ("ray_address", "num_cpus_per_env", "envs_per_actor", "ray_resources", "ray_call_timeout_s")
+RAY_FIELDS = (
+    "ray_address",
+    "num_cpus_per_env",
+    "envs_per_actor",
+    "ray_resources",
+    "ray_call_timeout_s",
+    "ray_lost_retries",
+)
+
+
+class EnvActorLost(EnvError):
+    """The actor hosting an episode's env died; the runner reruns the episode ``env.ray_lost_retries`` times."""
+
+    env_lost = True
 
 
 def _import_ray() -> Any:
@@ -65,6 +79,8 @@ def validate_placement(env: Any, prefix: str) -> None:
         raise ConfigError(f"{prefix}.num_cpus_per_env", f"must be >= 0, got {env.num_cpus_per_env}")
     if env.envs_per_actor < 1:
         raise ConfigError(f"{prefix}.envs_per_actor", f"must be >= 1, got {env.envs_per_actor}")
+    if env.ray_lost_retries < 0:
+        raise ConfigError(f"{prefix}.ray_lost_retries", f"must be >= 0, got {env.ray_lost_retries}")
     if env.ray_call_timeout_s <= 0:
         raise ConfigError(f"{prefix}.ray_call_timeout_s", f"must be > 0, got {env.ray_call_timeout_s}")
     for label, amount in env.ray_resources.items():
@@ -85,6 +101,7 @@ class RaySettings:
     envs_per_actor: int = 1
     resources: dict[str, float] = field(default_factory=dict)
     call_timeout_s: float = 120.0
+    lost_retries: int = 0
 
     @classmethod
     def from_env(cls, env: Any) -> RaySettings:
@@ -94,6 +111,7 @@ class RaySettings:
             envs_per_actor=env.envs_per_actor,
             resources=dict(env.ray_resources),
             call_timeout_s=env.ray_call_timeout_s,
+            lost_retries=env.ray_lost_retries,
         )
 
 
@@ -191,6 +209,7 @@ class RayEnvs:
             env if isinstance(env, str) else getattr(env, "env_id", getattr(env, "__name__", "custom"))
         )
         self.env_kwargs = dict(env_kwargs or {})
+        self.lost_retries = (settings or RaySettings()).lost_retries  # read by the runner
         if self.env_kwargs and not isinstance(env, str):
             raise ConfigError("env.kwargs", "kwargs go with a registered env id", "bind them in the factory")
         self.settings = settings or RaySettings()
@@ -314,7 +333,7 @@ class RemoteEnv:
         except ray.exceptions.RayActorError as exc:
             self.pool.mark_dead(self.actor)
             cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise EnvError(f"env actor {self.actor.index} died during {method}: {cause}") from None
+            raise EnvActorLost(f"env actor {self.actor.index} died during {method}: {cause}") from None
         except ray.exceptions.RayTaskError as exc:
             raise exc.as_instanceof_cause() from None
 

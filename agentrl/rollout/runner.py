@@ -209,8 +209,10 @@ class Runner:
         self, job: _Job, executor: ThreadPoolExecutor, make_policy: Callable[[], Policy]
     ) -> Episode:
         attempts = 1 + (self.config.max_retries if self.config.watchdog_action == "retry" else 0)
+        lost_left = int(getattr(self.env, "lost_retries", 0))  # env.ray_lost_retries (remote envs)
         episode: Episode | None = None
-        for attempt in range(attempts):
+        stalls = 0
+        for _ in range(attempts + lost_left):
             task = asyncio.create_task(self._episode(job, executor, make_policy()))
             self._tasks[job.index] = task
             try:
@@ -225,14 +227,21 @@ class Runner:
                     f"watchdog: no progress for {self.config.watchdog_s:.0f}s (rollout.watchdog_s): {reason}"
                 )
                 episode = self._failed(job, error)
-                if attempt + 1 < attempts:
-                    self.stats.retried += 1
-                    log.warning("retrying %s", reason)
+                stalls += 1
+                if stalls >= attempts:
+                    break
+                self.stats.retried += 1
+                log.warning("retrying %s", reason)
             except Exception as exc:  # noqa: BLE001 - recorded on the episode; siblings go on
                 detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
                 where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
                 loc = f" at {where[0].filename}:{where[0].lineno}" if where else ""
                 episode = self._failed(job, f"{detail}{loc}")
+                if getattr(exc, "env_lost", False) and lost_left > 0:  # its env actor died: run it again
+                    lost_left -= 1
+                    self.stats.retried += 1
+                    log.warning("retrying on a new env actor: %s", detail)
+                    continue
                 break
             finally:
                 self._tasks.pop(job.index, None)

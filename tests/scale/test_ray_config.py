@@ -28,6 +28,7 @@ def test_bad_placement_settings_name_the_field_and_the_fix(overrides, field, fix
         ("env.envs_per_actor=0", "env.envs_per_actor"),
         ("env.num_cpus_per_env=-1", "env.num_cpus_per_env"),
         ("env.ray_call_timeout_s=0", "env.ray_call_timeout_s"),
+        ("env.ray_lost_retries=-1", "env.ray_lost_retries"),
         ("env.ray_resources={envnode: 0}", "env.ray_resources.envnode"),
     ],
 )

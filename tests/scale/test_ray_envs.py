@@ -72,10 +72,12 @@ def test_ray_placement_gives_the_same_episodes_as_local(ray_cluster, tokenizer):
 
 
 class KillOnSecondTurn(SearchOracle):
-    """The oracle, except that before its second action on ``victim`` it SIGKILLs that episode's actor."""
+    """The oracle, except that before its second action on ``victim`` it SIGKILLs that episode's actor
+    (once: a rerun of the episode is left alone)."""
 
     victim = ""
     envs = None
+    kills_left = 0
 
     def reset(self, task) -> None:
         super().reset(task)
@@ -83,7 +85,8 @@ class KillOnSecondTurn(SearchOracle):
 
     def act(self, observation: str, info: dict | None = None) -> str:
         self.turn += 1
-        if self.task_id == self.victim and self.turn == 2:
+        if self.task_id == self.victim and self.turn == 2 and KillOnSecondTurn.kills_left > 0:
+            KillOnSecondTurn.kills_left -= 1
             (remote_env,) = [
                 e for e in self.envs.open_envs.values() if e.task is not None and e.task.id == self.victim
             ]
@@ -95,7 +98,7 @@ class KillOnSecondTurn(SearchOracle):
 def test_an_env_actor_killed_mid_episode_costs_only_its_episode(ray_cluster, tokenizer):
     tasks = _tasks(4)
     envs = _ray_envs(num_cpus_per_env=0.25, envs_per_actor=1, call_timeout_s=60)
-    KillOnSecondTurn.victim, KillOnSecondTurn.envs = tasks[1].id, envs
+    KillOnSecondTurn.victim, KillOnSecondTurn.envs, KillOnSecondTurn.kills_left = tasks[1].id, envs, 1
     try:
         stats = RunStats()
         episodes = run_oracle_episodes(
@@ -107,11 +110,34 @@ def test_an_env_actor_killed_mid_episode_costs_only_its_episode(ray_cluster, tok
         envs.shutdown()
     assert [e.failed for e in episodes] == [False, True, False, False]
     killed = episodes[1]
-    assert "EnvError: env actor" in killed.error and "died during step" in killed.error, killed.error
+    assert "EnvActorLost: env actor" in killed.error and "died during step" in killed.error, killed.error
     assert killed.task_id == tasks[1].id and len(killed.turns) == 1  # the turn before the kill is kept
     assert [e.outcome for e in episodes if not e.failed] == [1.0, 1.0, 1.0]
     assert stats.failed == 1 and stats.episodes == 4
     assert not again.failed and again.outcome == 1.0
+
+
+def test_an_episode_lost_with_its_actor_is_rerun_when_configured(ray_cluster, tokenizer):
+    import agentrl
+
+    tasks = _tasks(3)
+    envs = _ray_envs(num_cpus_per_env=0.25, envs_per_actor=1, call_timeout_s=60, lost_retries=1)
+    KillOnSecondTurn.victim, KillOnSecondTurn.envs, KillOnSecondTurn.kills_left = tasks[1].id, envs, 1
+    try:
+        stats = RunStats()
+        episodes = run_oracle_episodes(
+            envs, tasks, KillOnSecondTurn, tokenizer, _config(), seed=0, stats=stats
+        )
+    finally:
+        envs.shutdown()
+    local = run_oracle_episodes(
+        lambda: agentrl.make(ENV_ID, **ENV_KWARGS), tasks, SearchOracle, tokenizer, _config(), seed=0
+    )
+    assert KillOnSecondTurn.kills_left == 0, "the actor was killed"
+    assert stats.retried == 1 and stats.failed == 0
+    assert [_canonical(e) for e in episodes] == [
+        _canonical(e) for e in local
+    ]  # the rerun is the same episode
 
 
 def _hanging_lookup_env():
