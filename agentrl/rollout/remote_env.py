@@ -120,7 +120,14 @@ def init_ray(address: str | None) -> Any:
     ray = _import_ray()
     if not ray.is_initialized():
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except ConnectionError as exc:
+            raise ConfigError(
+                "env.ray_address",
+                f"no Ray cluster answers at {address!r} ({exc})",
+                "start one (ray start --head) and pass its HOST:PORT, or null for a Ray on this machine",
+            ) from exc
     return ray
 
 
