@@ -200,6 +200,9 @@ def evaluate(
     seed: int = typer.Option(0, help="Seed."),
     out: Path | None = typer.Option(None, help="Directory for records, metrics and the report."),
     as_json: bool = typer.Option(False, "--json", help="Print metrics as JSON."),
+    ray: str | None = typer.Option(
+        None, help="Run the envs in Ray actors: auto, HOST:PORT, or local (a Ray on this machine)."
+    ),
 ) -> None:
     """Evaluate an agent on a suite and write a report."""
     from agentrl.eval.runner import run_eval
@@ -213,6 +216,7 @@ def evaluate(
             seed=seed,
             out=out,
             as_json=as_json,
+            ray=ray,
         )
     )
 

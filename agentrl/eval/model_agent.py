@@ -92,8 +92,9 @@ def build_generator(spec: AgentSpec, seed: int) -> tuple[Any, Any]:
 
 
 def run_model_jobs(
-    suite: Suite, jobs: Sequence[Job], spec: AgentSpec, *, concurrency: int, seed: int
-) -> tuple[list[tuple[Episode, float]], float]:
+    suite: Suite, jobs: Sequence[Job], spec: AgentSpec, *, concurrency: int, seed: int,
+    remote: dict[str, Any] | None = None,
+) -> tuple[list[tuple[Episode, float]], float]:  # fmt: skip
     """Run the jobs (task-major, ``suite.k`` samples each) part by part through ``run_episodes``.
 
     Returns:
@@ -128,7 +129,7 @@ def run_model_jobs(
                 env_kwargs={"split": suite.split, **{k: v for k, v in part.kwargs.items() if v is not None}},
             )
             episodes = run_episodes(
-                part.env_id,
+                part.env_id if remote is None else remote[part.env_id],  # --ray: envs in Ray actors
                 [j.task for j in first],
                 generator,
                 tokenizer,

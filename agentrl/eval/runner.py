@@ -195,9 +195,15 @@ def failed_episode(job: Job, error: str) -> Episode:
 
 
 def run_scripted(
-    suite: Suite, jobs: Sequence[Job], make_agent: Callable[[Any, Job], ScriptedAgent], concurrency: int
+    suite: Suite,
+    jobs: Sequence[Job],
+    make_agent: Callable[[Any, Job], ScriptedAgent],
+    concurrency: int,
+    remote: dict[str, Any] | None = None,
 ) -> list[tuple[Episode, float]]:
-    """Run ``jobs`` on ``concurrency`` threads, each with its own env per part."""
+    """Run ``jobs`` on ``concurrency`` threads, each with its own env per part (in Ray actors with ``remote``)."""
+    from agentrl.rollout.remote_env import BlockingEnv
+
     local = threading.local()
 
     def run(job: Job) -> tuple[Episode, float]:
@@ -205,7 +211,11 @@ def run_scripted(
         start = time.perf_counter()
         try:
             if job.part.env_id not in envs:
-                envs[job.part.env_id] = make_part_env(job.part, suite.split)
+                envs[job.part.env_id] = (
+                    make_part_env(job.part, suite.split)
+                    if remote is None
+                    else BlockingEnv(remote[job.part.env_id]())
+                )
             env = envs[job.part.env_id]
             episode = play_scripted(env, make_agent(env, job), job, suite.split)
         except Exception as exc:  # noqa: BLE001 - recorded on the episode and reported, never silenced
@@ -228,14 +238,33 @@ def scripted_factory(spec: AgentSpec, suite: Suite) -> Callable[[Any, Job], Scri
 
 
 # --------------------------------------------------------------------------- model agents
+def ray_envs(suite: Suite, address: str) -> dict[str, Any]:
+    """``--ray ADDRESS``: one pool of Ray env actors per part (``agentrl.rollout.remote_env``)."""
+    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+
+    return {
+        part.env_id: RayEnvs(
+            part.env_id,
+            {"split": suite.split, **{k: v for k, v in part.kwargs.items() if v is not None}},
+            RaySettings(address=None if address == "local" else address),
+        )
+        for part in suite.parts
+    }
+
+
 def run_model(
-    suite: Suite, jobs: Sequence[Job], spec: AgentSpec, concurrency: int, seed: int
+    suite: Suite,
+    jobs: Sequence[Job],
+    spec: AgentSpec,
+    concurrency: int,
+    seed: int,
+    remote: dict[str, Any] | None = None,
 ) -> tuple[list[tuple[Episode, float]], float]:
     """Model agents through the rollout engine (HF generator or OpenAI-compatible client); also
     returns the seconds spent loading the model, which episodes/min leaves out."""
     from agentrl.eval.model_agent import run_model_jobs
 
-    return run_model_jobs(suite, jobs, spec, concurrency=concurrency, seed=seed)
+    return run_model_jobs(suite, jobs, spec, concurrency=concurrency, seed=seed, remote=remote)
 
 
 # --------------------------------------------------------------------------- entry points
@@ -246,6 +275,7 @@ def evaluate(
     limit: int | None = None,
     concurrency: int = 4,
     seed: int = 0,
+    ray: str | None = None,
 ) -> EvalResult:
     """Run ``agent`` on ``suite`` and return the records, the aggregate metrics and the episodes."""
     import agentrl.eval.suites  # noqa: F401  (registers the suites)
@@ -260,12 +290,17 @@ def evaluate(
         for i, (part, task) in enumerate(selected)
         for sample in range(suite_obj.k)
     ]
+    remote = ray_envs(suite_obj, ray) if ray else None  # envs in Ray actors (--ray)
     start = time.perf_counter()
     setup_s = 0.0
-    if spec.kind in ("oracle", "random"):
-        results = run_scripted(suite_obj, jobs, scripted_factory(spec, suite_obj), concurrency)
-    else:
-        results, setup_s = run_model(suite_obj, jobs, spec, concurrency, seed)
+    try:
+        if spec.kind in ("oracle", "random"):
+            results = run_scripted(suite_obj, jobs, scripted_factory(spec, suite_obj), concurrency, remote)
+        else:
+            results, setup_s = run_model(suite_obj, jobs, spec, concurrency, seed, remote)
+    finally:
+        for pool in (remote or {}).values():
+            pool.shutdown()
     wall = time.perf_counter() - start - setup_s
     records = [episode_record(suite_obj, job, ep, s) for job, (ep, s) in zip(jobs, results, strict=True)]
     metrics = {
@@ -275,6 +310,7 @@ def evaluate(
         "seed": seed,
         "limit": limit,
         "concurrency": concurrency,
+        "ray": ray,
         "metric_names": list(suite_obj.metrics),
         "wall_s": wall,
         "setup_s": setup_s,
@@ -299,15 +335,16 @@ def run_eval(
     seed: int = 0,
     out: Path | str | None = None,
     as_json: bool = False,
+    ray: str | None = None,
 ) -> int:
     """The ``agentrl eval`` command: evaluate, write the outputs, print the table. Returns the exit code."""
     import json
 
     command = ["agentrl", "eval", "--suite", suite, "--agent", agent]
     command += ["--limit", str(limit)] if limit is not None else []
-    command += ["--concurrency", str(concurrency), "--seed", str(seed)]
+    command += ["--concurrency", str(concurrency), "--seed", str(seed)] + (["--ray", ray] if ray else [])
     try:
-        result = evaluate(suite, agent, limit=limit, concurrency=concurrency, seed=seed)
+        result = evaluate(suite, agent, limit=limit, concurrency=concurrency, seed=seed, ray=ray)
     except AgentRLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

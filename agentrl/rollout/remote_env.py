@@ -278,6 +278,26 @@ class RayEnvs:
             self.ray.kill(actor.handle)
 
 
+class BlockingEnv:
+    """A :class:`RemoteEnv` for synchronous callers (scripted eval agents): each call runs to completion."""
+
+    def __init__(self, remote: RemoteEnv):
+        self.remote = remote
+
+    @property
+    def unwrapped(self) -> RemoteEnv:
+        return self.remote
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        return asyncio.run(self.remote.reset(seed=seed, options=options))
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        return asyncio.run(self.remote.step(action))
+
+    def close(self) -> None:
+        self.remote.close()
+
+
 class RemoteEnv:
     """The env interface over a pooled Ray actor; its ``reset``/``step``/``final_info`` are async."""
 
