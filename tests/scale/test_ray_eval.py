@@ -40,3 +40,19 @@ def test_eval_command_with_ray_writes_the_address_it_used(ray_cluster, tmp_path,
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["ray"] == ray_cluster.address and f"--ray {ray_cluster.address}" in metrics["command"]
     assert metrics["overall"]["success_rate"] == 1.0
+
+
+def test_model_agent_eval_with_ray_equals_local(ray_cluster, tmp_path):
+    from agentrl.rollout.model import load_tokenizer, tiny_model
+
+    tokenizer = load_tokenizer("smollm2-135m")
+    tiny_model(tokenizer, layers=1, hidden=32, seed=0).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    local = evaluate("search-qa:max_turns=2", str(tmp_path), limit=2, concurrency=2, seed=0)
+    remote = evaluate(
+        "search-qa:max_turns=2", str(tmp_path), limit=2, concurrency=2, seed=0, ray=ray_cluster.address
+    )
+    assert not any(r["error"] for r in local.records + remote.records)
+    assert _records(remote) == _records(local)
+    turns = [[t.output_ids for t in e.turns] for e in local.episodes]
+    assert turns == [[t.output_ids for t in e.turns] for e in remote.episodes] and any(turns)
