@@ -216,10 +216,10 @@ class RayEnvs:
             env if isinstance(env, str) else getattr(env, "env_id", getattr(env, "__name__", "custom"))
         )
         self.env_kwargs = dict(env_kwargs or {})
-        self.lost_retries = (settings or RaySettings()).lost_retries  # read by the runner
         if self.env_kwargs and not isinstance(env, str):
             raise ConfigError("env.kwargs", "kwargs go with a registered env id", "bind them in the factory")
         self.settings = settings or RaySettings()
+        self.lost_retries = self.settings.lost_retries  # read by the runner
         self.ray = init_ray(self.settings.address)
         self._actors: list[_Actor] = []
         self._counter = itertools.count()
@@ -235,9 +235,9 @@ class RayEnvs:
         nodes = [n for n in self.ray.nodes() if n.get("Alive")]
         log.info(
             "env placement ray: %s on %d node(s) (%s CPU), %s env(s)/actor, %.2f CPU/env, resources %s, "
-            "call timeout %.0fs",
+            "call timeout %.0fs, %d rerun(s) of lost episodes",
             self.env_id, len(nodes), self.ray.cluster_resources().get("CPU", 0), s.envs_per_actor,
-            s.num_cpus_per_env, dict(s.resources), s.call_timeout_s,
+            s.num_cpus_per_env, dict(s.resources), s.call_timeout_s, s.lost_retries,
         )  # fmt: skip
 
     def __call__(self) -> RemoteEnv:
