@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 UNCLOSED_TOOL_CALL_RE = re.compile(r"<tool_call>(?!.*</tool_call>)", re.DOTALL)
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -69,7 +70,14 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_ECHO else text[:MAX_ECHO] + "..."
 
 
-def _parse_hermes(body: str, tools: Mapping[str, Sequence[str]] | None) -> ToolCall | ActionProblem:
+def format_tool_call(name: str, arguments: Mapping[str, Any]) -> str:
+    """A call written the way the Hermes format (and ``tools_system_block``) asks the model to."""
+    payload = json.dumps({"name": name, "arguments": dict(arguments)}, ensure_ascii=False)
+    return f"{TOOL_CALL_OPEN}\n{payload}\n{TOOL_CALL_CLOSE}"
+
+
+def parse_tool_call(body: str, tools: Mapping[str, Sequence[str]] | None = None) -> ToolCall | ActionProblem:
+    """The call inside one ``<tool_call>...</tool_call>`` (``body`` is the text between the tags)."""
     try:
         payload = json.loads(body.strip())
     except json.JSONDecodeError as exc:
@@ -130,7 +138,7 @@ def parse_action(
     problems: list[ActionProblem] = []
 
     for match in TOOL_CALL_RE.finditer(text):
-        parsed = _parse_hermes(match.group(1), tools)
+        parsed = parse_tool_call(match.group(1), tools)
         (calls if isinstance(parsed, ToolCall) else problems).append(parsed)
     stripped = TOOL_CALL_RE.sub(" ", text)
     if UNCLOSED_TOOL_CALL_RE.search(stripped):

@@ -62,10 +62,22 @@ def play(
         None, help="Replay actions from a file (one per line; \\n escapes allowed)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the transcript as JSON."),
+    folding: str = typer.Option(
+        "none",
+        help="With --script: replay through the agent with this context folding (branch: FoldGRPO "
+        "branch/return, with per-token process rewards in the transcript).",
+    ),
+    rollout_set: list[str] = typer.Option(
+        [], "--set", help="With --folding: rollout settings, e.g. --set unfolded_threshold=0.2 (repeatable)."
+    ),
+    model: str = typer.Option("smollm2-135m", help="With --folding: the tokenizer (chat template) to use."),
 ) -> None:
     """Play an environment in the terminal, or replay scripted actions and print the transcript."""
     import agentrl
 
+    if folding != "none":
+        _play_folded(env_id, script, task_id, split, seed, folding, rollout_set, model, as_json)
+        return
     env = agentrl.make(env_id)
     options: dict[str, Any] = {}
     if task_id is not None:
@@ -76,9 +88,7 @@ def play(
     transcript: list[dict[str, Any]] = [{"observation": obs, "info": _jsonable(info)}]
     actions = None
     if script is not None:
-        actions = [
-            line.rstrip("\n").replace("\\n", "\n") for line in script.read_text().splitlines() if line.strip()
-        ]
+        actions = _read_actions(script)
     if not as_json:
         unwrapped = env.unwrapped
         typer.echo(f"[system] {unwrapped.system_prompt}")
@@ -123,12 +133,76 @@ def play(
         typer.echo(json.dumps(transcript, indent=2, ensure_ascii=False))
 
 
+def _read_actions(script: Path) -> list[str]:
+    """One action per non-blank line; ``\\n`` escapes become newlines."""
+    lines = script.read_text().splitlines()
+    return [line.rstrip("\n").replace("\\n", "\n") for line in lines if line.strip()]
+
+
+def _play_folded(env_id: str, script: Path | None, task_id: str | None, split: str | None, seed: int | None,
+                 folding: str, rollout_set: list[str], model: str, as_json: bool) -> None:  # fmt: skip
+    """``agentrl play --folding ...``: scripted actions through the agent; turns with process rewards."""
+    import agentrl
+    from agentrl.config import RunConfig, load_config
+    from agentrl.errors import ConfigError
+    from agentrl.rollout.model import load_tokenizer
+    from agentrl.rollout.oracle_agent import replay_through_agent, turn_records
+
+    if script is None or task_id is None:
+        raise typer.BadParameter("--folding replays a --script on one --task-id; give both")
+    overrides = [f"rollout.folding={folding}", *(f"rollout.{item}" for item in rollout_set)]
+    try:
+        rollout = load_config(None, overrides, cls=RunConfig).rollout
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    actions = _read_actions(script)
+    probe = agentrl.make(env_id)
+    task = probe.unwrapped.get_task(task_id, split)
+    probe.close()
+    episode = replay_through_agent(env_id, actions, task, rollout, load_tokenizer(model), seed=seed)
+    record = {
+        "episode_id": episode.episode_id,
+        "task_id": episode.task_id,
+        "outcome": episode.outcome,
+        "terminated": episode.terminated,
+        "truncated": episode.truncated,
+        "answer": episode.answer,
+        "error": episode.error,
+        "metrics": episode.metrics,
+        "turns": turn_records(episode),
+    }
+    if as_json:
+        typer.echo(json.dumps(_jsonable(record), indent=2, ensure_ascii=False))
+        return
+    for row in record["turns"]:
+        q = row["process_reward"] or []
+        hit = sum(v < 0 for v in q)
+        typer.echo(f"[turn {row['turn']} {row['thread']} {row['kind']}] {row['action']}")
+        if row["observation"]:
+            typer.echo(f"[observation] {row['observation']}")
+        parts = f"{row['reward_parts'] or ''} {row['error'] or ''}"
+        typer.echo(f"[process] {hit}/{len(q)} tokens penalised {parts}")
+    typer.echo(f"[outcome] {episode.outcome}  [answer] {episode.answer!r}  [error] {episode.error}")
+    typer.echo(f"[metrics] {json.dumps(episode.metrics)}")
+
+
 @sandbox_app.command("build")
 def sandbox_build(force: bool = typer.Option(False, help="Rebuild even if the cached image exists.")) -> None:
     """Build the sandbox base image offline (debootstrap + docker import), cached by recipe hash."""
     from agentrl.sandboxes import build_image
 
     typer.echo(build_image(force=force))
+
+
+@sandbox_app.command("doctor")
+def sandbox_doctor(
+    backends: str = typer.Option("docker,bwrap", help="Comma-separated backends to check."),
+    as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
+) -> None:
+    """Measure which limits each sandbox backend enforces on this host (exit 1 if one does not)."""
+    from agentrl.sandboxes.doctor import main
+
+    raise typer.Exit(main(backends.split(","), as_json=as_json))
 
 
 @sandbox_app.command("run")
@@ -163,12 +237,30 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000, help="Port."),
     adapter: str | None = typer.Option(None, help="LoRA adapter / checkpoint to load."),
-    dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16."),
+    dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16 (vllm: float32 means bfloat16)."),
+    engine: str = typer.Option("hf", help="hf (embedded server, CPU) | vllm (vLLM's own server, GPU)."),
+    served_model_name: str | None = typer.Option(
+        None, help="Name clients ask for (default: the adapter's folder name, else --model)."
+    ),
+    max_tokens: int | None = typer.Option(
+        None, help="max_tokens when a request gives none (hf engine; 256)."
+    ),
+    vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="Extra argument for vLLM's server (repeat)."),
 ) -> None:
-    """Serve a model behind an OpenAI-compatible HTTP API (completions and chat)."""
+    """Serve a model behind an OpenAI-compatible HTTP API (chat, completions, streaming, tools)."""
     from agentrl.rollout.server import serve as run_server
 
-    run_server(model=model, host=host, port=port, adapter=adapter, dtype=dtype)
+    run_server(
+        model=model,
+        host=host,
+        port=port,
+        adapter=adapter,
+        dtype=dtype,
+        engine=engine,
+        served_model_name=served_model_name,
+        max_tokens=max_tokens,
+        vllm_args=list(vllm_arg),
+    )
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -192,14 +284,59 @@ def train(
 @app.command("eval")
 def evaluate(
     suite: str = typer.Option(
-        ..., help="Suite name: local-gaia, webshop, search-qa, search-qa-real, sql, math, ..."
+        ...,
+        help="Suite name, optionally NAME:key=value,...: local-gaia, gaia, gaia-fixture, webshop, search-qa, "
+        "search-qa-real, sql, math, ...",
     ),
-    agent: str = typer.Option("oracle", help="oracle | random | model name/path | openai:URL[#model]."),
-    limit: int | None = typer.Option(None, help="At most this many tasks per part (a seeded sample spread over subsets)."),
-    concurrency: int = typer.Option(4, help="Episodes at once."),
+    agent: str = typer.Option(
+        "oracle",
+        help="oracle | random | model name/path[+ADAPTER] | openai:URL[#model] (token-id completions) | "
+        "chat:URL#model (any chat-completions server, native tool calls).",
+    ),
+    suite_option: list[str] = typer.Option(
+        [], "--suite-option", help="key=value added to the suite (repeatable; the value may hold commas)."
+    ),
+    limit: int | None = typer.Option(
+        None, help="At most this many tasks per part (a seeded sample spread over subsets)."
+    ),
+    concurrency: int = typer.Option(4, help="Episodes at once (and requests in flight for remote agents)."),
     seed: int = typer.Option(0, help="Seed."),
     out: Path | None = typer.Option(None, help="Directory for records, metrics and the report."),
     as_json: bool = typer.Option(False, "--json", help="Print metrics as JSON."),
+    episode_timeout_s: float | None = typer.Option(
+        None,
+        "--episode-timeout-s",
+        help="Wall-clock limit of one model episode [AGENTRL_EVAL_EPISODE_TIMEOUT_S, 900].",
+    ),
+    request_timeout_s: float | None = typer.Option(
+        None,
+        "--request-timeout-s",
+        help="Limit of one HTTP request to a remote model [AGENTRL_EVAL_REQUEST_TIMEOUT_S, 120].",
+    ),
+    max_retries: int | None = typer.Option(
+        None,
+        "--max-retries",
+        help="Retries of one failed request (backoff, per request) [AGENTRL_EVAL_MAX_RETRIES, 2].",
+    ),
+    max_new_tokens: int | None = typer.Option(
+        None,
+        "--max-new-tokens",
+        help="Tokens per turn [AGENTRL_EVAL_MAX_NEW_TOKENS, 192; chat: the server's limit].",
+    ),
+    api_key_env: str | None = typer.Option(
+        None, "--api-key-env", help="Environment variable holding the chat server's API key [OPENAI_API_KEY]."
+    ),
+    images: bool | None = typer.Option(
+        None,
+        "--images/--no-images",
+        help="chat agents: send image attachments to the model as image content parts (multimodal models) "
+        "[AGENTRL_EVAL_IMAGES, off].",
+    ),
+    tool_protocol: str | None = typer.Option(
+        None,
+        "--tool-protocol",
+        help="chat agents: native (tools + tool_calls) or text (<tool_call> in the text).",
+    ),
     ray: str | None = typer.Option(
         None, help="Run the envs in Ray actors: auto, HOST:PORT, or local (a Ray on this machine)."
     ),
@@ -216,6 +353,16 @@ def evaluate(
             seed=seed,
             out=out,
             as_json=as_json,
+            suite_options=suite_option,
+            settings={
+                "episode_timeout_s": episode_timeout_s,
+                "request_timeout_s": request_timeout_s,
+                "max_retries": max_retries,
+                "max_new_tokens": max_new_tokens,
+                "api_key_env": api_key_env,
+                "tool_protocol": tool_protocol,
+                "images": images,
+            },
             ray=ray,
         )
     )

@@ -135,8 +135,26 @@ class RolloutConfig:
     """What the watchdog does with a stalled episode: cancel (record it as failed) | retry (fresh env, up to max_retries)."""
     max_retries: int = 1
     """With watchdog_action=retry: re-runs of a stalled episode."""
+    unfolded_penalty: float = -1.0
+    """With folding=branch: FoldGRPO process reward Q on each main-thread token generated once the main context is past unfolded_threshold (branch-creating turns exempt); paper: -1."""
+    unfolded_threshold: float = 0.5
+    """With folding=branch: fraction of max_context_tokens past which main-thread tokens get unfolded_penalty; paper: 0.5."""
+    failure_penalty: float = -1.0
+    """With folding=branch: Q on each token of a turn whose tool call failed (tool error, malformed call, misplaced branch/return); paper: -1."""
+    scope_penalty: float = -0.2
+    """With folding=branch: Q on each token of a branch the scope judge finds went beyond its sub-task; paper: -0.2."""
+    scope_judge: str = "rule"
+    """With folding=branch: who judges branch scope: rule (content-word rules, no model) | policy (the rollout's own generator) | openai (an OpenAI-compatible server at scope_judge_url; the paper used GPT-5-nano) | none."""
+    scope_judge_url: str | None = None
+    """With scope_judge=openai: the server's base URL (e.g. http://127.0.0.1:8000/v1)."""
+    scope_judge_model: str = ""
+    """With scope_judge=openai: model name to request ("" = the first one the server lists)."""
+    scope_judge_timeout_s: float = 30.0
+    """Timeout of one scope-judge call (an LLM judge that fails or times out fails its episode)."""
 
     def validate(self, prefix: str) -> None:
+        from agentrl.rollout.process_rewards import check_settings
+
         _choice(f"{prefix}.backend", self.backend, ("hf", "vllm", "openai"))
         _choice(f"{prefix}.folding", self.folding, ("none", "branch", "summary"))
         _choice(f"{prefix}.template_mode", self.template_mode, ("auto", "concat", "per_turn"))
@@ -152,6 +170,7 @@ class RolloutConfig:
                 raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.temperature <= 5.0:
             raise ConfigError(f"{prefix}.temperature", f"must be in [0, 5], got {self.temperature}")
+        check_settings(self, prefix)
 
 
 @dataclass(frozen=True)
@@ -160,24 +179,26 @@ class AlgoConfig:
     """Advantage estimator name (agentrl.algos registry): grpo, igpo, empg, gae, foldgrpo, gigpo, ..."""
     loss: str = "ppo_clip"
     """Policy loss name (agentrl.algos registry): ppo_clip, foldact, ..."""
-    ratio: str = "token"
-    """Importance ratio level for ppo_clip: token | turn (ST-PPO) | sequence (GSPO)."""
-    agg: str = "token-mean"
-    """Loss aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum | constant."""
-    clip_low: float = 0.2
-    """Lower PPO clip epsilon."""
-    clip_high: float = 0.2
-    """Upper PPO clip epsilon (DAPO clip-higher: 0.28)."""
+    ratio: str | None = None
+    """Importance ratio level for PPO-clip losses: token | turn (ST-PPO) | sequence (GSPO); unset = the loss's preset (token)."""
+    agg: str | None = None
+    """Loss aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum | constant; unset = the loss's preset (token-mean)."""
+    agg_unit: str | None = None
+    """What a "sequence" is in seq-mean / constant aggregation: row | rollout (all rows of a rollout: SUPO segments, fold branches); unset = row."""
+    clip_low: float | None = None
+    """Lower PPO clip epsilon; unset = the loss's preset (0.2)."""
+    clip_high: float | None = None
+    """Upper PPO clip epsilon; unset = the loss's preset (0.2; dapo/foldgrpo 0.28, gspo 4e-4)."""
     kl_coef: float = 0.0
     """Coefficient of the KL penalty to the reference policy (0 = no reference pass)."""
     kl_kind: str = "k3"
     """KL estimator: k1 | k2 | k3."""
     entropy_coef: float = 0.0
     """Entropy bonus coefficient."""
-    gamma: float = 1.0
-    """Discount over turns (IGPO) or tokens (GAE)."""
-    lam: float = 1.0
-    """GAE lambda."""
+    gamma: float | None = None
+    """Discount over turns (IGPO, GiGPO) or tokens (GAE); unset = the estimator's default (1.0; gigpo 0.95)."""
+    lam: float | None = None
+    """GAE lambda; unset = 1.0."""
     clip_bias_correction: bool = False
     """S-PPO clipping-bias correction (reconstruction; see agentrl.algos.losses.clip_bias_norm)."""
     dynamic_sampling: bool = False
@@ -198,22 +219,27 @@ class AlgoConfig:
     """Behaviour log-probs for the ratio: recompute (learner pass before the update) | sampler."""
     ig_template: str = "Now there's enough information to answer.\n<answer>{answer}</answer>"
     """IGPO: text appended after each turn's context to score the gold answer (only {answer} is averaged)."""
+    full_ctx_dropout: float = 0.0
+    """FoldAct selective segment training: probability that a turn is left out of the full-context pass (and of the consistency loss); README example 0.5."""
 
     def validate(self, prefix: str) -> None:
-        _choice(f"{prefix}.ratio", self.ratio, ("token", "turn", "sequence"))
+        _choice(f"{prefix}.ratio", self.ratio, ("token", "turn", "sequence", None))
         _choice(
-            f"{prefix}.agg", self.agg, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "constant")
-        )
+            f"{prefix}.agg", self.agg,
+            ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "constant", None),
+        )  # fmt: skip
+        _choice(f"{prefix}.agg_unit", self.agg_unit, ("row", "rollout", None))
         _choice(f"{prefix}.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
         _choice(f"{prefix}.old_logprobs", self.old_logprobs, ("recompute", "sampler"))
         if self.vf_coef < 0 or self.vf_clip < 0:
             raise ConfigError(f"{prefix}.vf_coef", "vf_coef and vf_clip must be >= 0")
         self._check_registered(prefix)
-        if not 0.0 <= self.clip_low < 1.0:
+        if self.clip_low is not None and not 0.0 <= self.clip_low < 1.0:
             raise ConfigError(f"{prefix}.clip_low", f"must be in [0, 1), got {self.clip_low}")
-        if self.clip_high < 0:
+        if self.clip_high is not None and self.clip_high < 0:
             raise ConfigError(f"{prefix}.clip_high", f"must be >= 0, got {self.clip_high}")
-
+        if not 0.0 <= self.full_ctx_dropout < 1.0:
+            raise ConfigError(f"{prefix}.full_ctx_dropout", f"must be in [0, 1), got {self.full_ctx_dropout}")
 
     def _check_registered(self, prefix: str) -> None:
         # names are checked against the registries so a typo fails before any model loads
@@ -251,8 +277,8 @@ class TrainConfig:
     """DeepSpeed CPU offload of optimizer state."""
     logprob_impl: str = "auto"
     """Token log-prob/entropy implementation: auto | chunked | triton | naive."""
-    bf16_autocast: bool = False
-    """Run learner forwards (SFT, scoring, PPO) under bfloat16 autocast; weights, LM head and log-probs stay float32. On this AVX512-BF16 CPU: forward 2.7x, forward + backward 1.75x faster."""
+    bf16_autocast: bool | str = "auto"
+    """Run learner forwards (SFT, scoring, PPO) under bfloat16 autocast; weights, LM head and log-probs stay float32. auto: a ~1 s probe at start times one decoder block in both and picks bf16 only where it is faster (1.75x forward + backward on an AVX512-BF16 CPU; ~10x slower on an AVX2-only CPU); true/false force it. The decision is printed and saved in summary.json."""
     sft_warmup_steps: int = 0
     """Supervised warm-up steps on oracle demonstrations before RL."""
     sft_lr: float = 1e-4
@@ -270,7 +296,11 @@ class TrainConfig:
     trainable_layers: int = 0
     """Full fine-tuning of only the top N transformer blocks and final norm (0 = every weight); cuts backward cost on CPU."""
     seed: int = 0
-    """Seed for tasks, sampling and initialisation."""
+    """Seed for tasks, sampling and initialisation; each episode samples from its own stream derived from (seed, step, task, sample index)."""
+    deterministic: bool = False
+    """Strict determinism: torch.use_deterministic_algorithms(True) (raises on an op without a deterministic kernel) and deterministic cuDNN/cuBLAS; slower on GPU. CPU runs are reproducible without it."""
+    save_episodes: bool = False
+    """Write each step's training episodes to out_dir/episodes/step-NNNNNN.jsonl (task-major order)."""
     eval_every: int = 0
     """Evaluate every N steps (0 = only before and after)."""
     eval_episodes: int = 32
@@ -287,6 +317,9 @@ class TrainConfig:
     def validate(self, prefix: str) -> None:
         _choice(f"{prefix}.engine", self.engine, ("torch", "deepspeed"))
         _choice(f"{prefix}.logprob_impl", self.logprob_impl, ("auto", "chunked", "triton", "naive"))
+        if isinstance(self.bf16_autocast, str) and self.bf16_autocast != "auto":
+            raise ConfigError(f"{prefix}.bf16_autocast", f"{self.bf16_autocast!r} is not allowed",
+                              "use auto (measure at start), true or false")  # fmt: skip
         if self.zero_stage not in (1, 2, 3):
             raise ConfigError(f"{prefix}.zero_stage", f"must be 1, 2 or 3, got {self.zero_stage}")
         if self.minibatch_size % self.micro_batch_size:
@@ -328,12 +361,16 @@ class RunConfig:
         # env last: it is the only check that imports the env registry
         for name in ("model", "rollout", "algo", "train", "env"):
             getattr(self, name).validate(name)
+        from agentrl.train.plan import objective_plan
+
+        objective_plan(self)  # every objective need has a producer under this config; options resolve
 
 
 # --------------------------------------------------------------------------- machinery
 def _choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
     if value not in choices:
-        raise ConfigError(name, f"{value!r} is not allowed", f"use one of: {', '.join(map(str, choices))}")
+        allowed = ", ".join(str(c) for c in choices if c is not None)
+        raise ConfigError(name, f"{value!r} is not allowed", f"use one of: {allowed}")
 
 
 def field_docs(cls: type) -> dict[str, str]:

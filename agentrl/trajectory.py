@@ -15,13 +15,15 @@ Token provenance codes (per token): see :class:`Source`.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# 2: Turn.process_reward (per output token, FoldGRPO Q); version-1 records still load (see _upgrade).
 
 
 class Source(IntEnum):
@@ -51,19 +53,30 @@ class Turn:
     action_text: str = ""
     observation: str = ""
     reward: float = 0.0  # env step reward of this turn
-    reward_parts: dict[str, float] = field(default_factory=dict)  # e.g. {"info_gain": 0.1, "process": -1}
+    reward_parts: dict[str, float] = field(default_factory=dict)  # {"info_gain": 0.1, "process/failure": -3}
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     void: bool = False  # neither a tool call nor an answer (SimpleTIR)
     timings: dict[str, float] = field(default_factory=dict)  # {"generate_s": .., "env_s": ..}
     sandbox_usage: dict[str, float] | None = None
-    error: str | None = None
+    error: str | None = None  # what went wrong with the action: failed/malformed tool call, misused branch
     finish_reason: str | None = None  # "stop" | "length"
+    process_reward: list[float] | None = None  # per output token, <= 0 (FoldGRPO Q); None = not computed
 
     def __post_init__(self) -> None:
         if len(self.output_ids) != len(self.output_logprobs):
             raise ValueError(
                 f"turn {self.index}: {len(self.output_ids)} ids but {len(self.output_logprobs)} logprobs"
             )
+        if self.process_reward is not None:
+            if len(self.process_reward) != len(self.output_ids):
+                raise ValueError(
+                    f"turn {self.index}: process_reward has {len(self.process_reward)} values for "
+                    f"{len(self.output_ids)} output ids (one per generated token)"
+                )
+            if not all(-math.inf < q <= 0.0 for q in self.process_reward):
+                raise ValueError(
+                    f"turn {self.index}: process_reward values must be finite and <= 0 (penalties)"
+                )
         if self.obs_ids and not self.obs_source:
             self.obs_source = [int(Source.TOOL)] * len(self.obs_ids)
         if len(self.obs_ids) != len(self.obs_source):
@@ -125,17 +138,33 @@ class Episode:
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> Episode:
-        version = record.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(
-                f"episode schema_version {version!r} is not {SCHEMA_VERSION}; re-run the rollout "
-                f"or convert the file with this version of agentrl"
-            )
-        record = dict(record)
+        record = _upgrade(dict(record))
         record["segments"] = [
             Segment(**{**s, "turns": [Turn(**t) for t in s["turns"]]}) for s in record["segments"]
         ]
         return cls(**record)
+
+
+def _upgrade(record: dict[str, Any]) -> dict[str, Any]:
+    """Bring an older record to :data:`SCHEMA_VERSION` (a newer one is refused)."""
+    version = record.get("schema_version")
+    if version not in range(1, SCHEMA_VERSION + 1):
+        raise ValueError(
+            f"episode schema_version {version!r} is not one this agentrl reads (1..{SCHEMA_VERSION}); "
+            f"upgrade agentrl or re-run the rollout"
+        )
+    if version == 1:
+        # v1 had no per-token process reward; a per-turn reward_parts["process"] became one per token
+        record["segments"] = [
+            {**s, "turns": [_turn_v1_to_v2(t) for t in s["turns"]]} for s in record["segments"]
+        ]
+        record["schema_version"] = 2
+    return record
+
+
+def _turn_v1_to_v2(turn: dict[str, Any]) -> dict[str, Any]:
+    q = (turn.get("reward_parts") or {}).get("process")
+    return {**turn, "process_reward": None if q is None else [float(q)] * len(turn["output_ids"])}
 
 
 # --------------------------------------------------------------------------- IO
@@ -222,9 +251,7 @@ class TokenBatch:
     source: Any  # [B, L] long, Source code per token (-1 on padding)
     fold_id: Any  # [B] long
     row_episode: Any  # [B] long, index into the episode list
-    process_reward: (
-        Any  # [B, L] float, per-token process reward Q (FoldGRPO), from Turn.reward_parts["process"]
-    )
+    process_reward: Any  # [B, L] float, FoldGRPO process reward Q from Turn.process_reward (0 elsewhere)
     entropy: Any | None = None  # [B, L] float sampler entropy where every output turn had it, else None
 
     @property
@@ -233,7 +260,11 @@ class TokenBatch:
 
 
 def segment_arrays(segment: Segment) -> dict[str, list]:
-    """Flat per-token lists of one segment (ids, source, loss mask, turn id, logprobs, process reward)."""
+    """Flat per-token lists of one segment: the readable definition of a :class:`TokenBatch` row.
+
+    Keys: ids, source, mask, turn_id, logp, process, entropy (None unless every turn has one).
+    :func:`build_batch` builds the same rows without per-token Python work; a test holds them equal.
+    """
     ids = list(segment.prompt_ids)
     source = list(segment.prompt_source or [int(Source.SYSTEM)] * len(segment.prompt_ids))
     turn_id = [-1] * len(ids)
@@ -243,12 +274,11 @@ def segment_arrays(segment: Segment) -> dict[str, list]:
     for turn in segment.turns:
         kind = Source.SUMMARY if turn.kind == "summary" else Source.MODEL
         n = len(turn.output_ids)
-        q = float(turn.reward_parts.get("process", 0.0))
         ids += turn.output_ids
         source += [int(kind)] * n
         turn_id += [turn.index] * n
         logp += list(turn.output_logprobs)
-        process += [q] * n
+        process += list(turn.process_reward) if turn.process_reward is not None else [0.0] * n
         if entropy is not None:
             entropy = entropy + list(turn.output_entropy) if turn.output_entropy is not None else None
         ids += turn.obs_ids
@@ -270,30 +300,148 @@ def segment_arrays(segment: Segment) -> dict[str, list]:
     }
 
 
-def build_batch(episodes: Sequence[Episode], *, pad_id: int = 0, max_len: int | None = None) -> TokenBatch:
-    """Pad every segment of every episode into one :class:`TokenBatch` (right padding).
-
-    Rows longer than ``max_len`` raise: truncating silently would train on a context the model
-    never saw. Failed episodes contribute no rows.
-    """
-    import torch
-
-    rows, owners, folds = [], [], []
+def _rows(episodes: Sequence[Episode]) -> tuple[list[Segment], list[int]]:
+    """The segments that become rows (failed episodes and turn-less segments give none), and owners."""
+    segments, owners = [], []
     for e_idx, ep in enumerate(episodes):
         if ep.failed:
             continue
         for seg in ep.segments:
             if seg.turns:
-                rows.append(segment_arrays(seg))
+                segments.append(seg)
                 owners.append(e_idx)
-                folds.append(seg.fold_id)
-    if not rows:
+    if not segments:
         raise ValueError("no trainable rows: every episode failed or had no turns")
-    length = max(len(r["ids"]) for r in rows)
+    return segments, owners
+
+
+def _check_len(length: int, max_len: int | None) -> None:
     if max_len is not None and length > max_len:
         raise ValueError(
             f"a row has {length} tokens, over max_len={max_len}; raise the limit or shorten rollouts"
         )
+
+
+def build_batch(episodes: Sequence[Episode], *, pad_id: int = 0, max_len: int | None = None) -> TokenBatch:
+    """Pad every segment of every episode into one :class:`TokenBatch` (right padding).
+
+    Rows longer than ``max_len`` raise: truncating silently would train on a context the model
+    never saw. Failed episodes contribute no rows. The result equals padding
+    :func:`segment_arrays` row by row (:func:`reference_batch`), built without per-token Python
+    work: per-token values (ids, listed sources, sampler log-probs, entropies, process rewards) are
+    gathered into flat lists with ``list.extend`` and converted once per field; values constant over
+    a chunk (a prompt, a turn's output, a turn's observation) are kept once per chunk and expanded
+    with ``repeat_interleave``; each field is scattered into ``[B, L]`` once.
+    """
+    import numpy as np
+    import torch
+
+    segments, owners = _rows(episodes)
+    # per chunk: length, turn id (-1 off outputs), generated or not, source (_LISTED: see `listed`)
+    chunk_len: list[int] = []
+    chunk_turn: list[int] = []
+    chunk_out: list[bool] = []
+    chunk_src: list[int] = []
+    ids: list[int] = []  # every token
+    listed: list[int] = []  # sources of the _LISTED chunks, in order
+    logp: list[float] = []  # generated tokens only (as are process and entropy)
+    process: list[float] = []
+    entropy: list[float] = []
+    have_entropy = True
+    lengths = []
+    for seg in segments:
+        length = len(seg.prompt_ids)
+        ids += seg.prompt_ids
+        chunk_len.append(length)
+        chunk_turn.append(-1)
+        chunk_out.append(False)
+        chunk_src.append(_chunk_source(seg.prompt_source, int(Source.SYSTEM), listed))
+        for turn in seg.turns:
+            n_out, n_obs = len(turn.output_ids), len(turn.obs_ids)
+            ids += turn.output_ids
+            ids += turn.obs_ids
+            chunk_len += (n_out, n_obs)
+            chunk_turn += (turn.index, -1)
+            chunk_out += (True, False)
+            chunk_src += (
+                int(Source.SUMMARY if turn.kind == "summary" else Source.MODEL),
+                _chunk_source(turn.obs_source, -1, listed),
+            )
+            logp += turn.output_logprobs
+            process += turn.process_reward if turn.process_reward is not None else [0.0] * n_out
+            if turn.output_entropy is None:
+                have_entropy = False
+            elif have_entropy:
+                entropy += turn.output_entropy
+            length += n_out + n_obs
+        lengths.append(length)
+    width = max(lengths)
+    _check_len(width, max_len)
+
+    def flat(values: list, dtype: Any) -> torch.Tensor:  # [len(values)]
+        return torch.from_numpy(np.fromiter(values, dtype=dtype, count=len(values)))
+
+    counts = torch.tensor(chunk_len)  # [C]
+    source = torch.repeat_interleave(torch.tensor(chunk_src, dtype=torch.int8), counts)  # [N]
+    source[source == _LISTED] = flat(listed, np.int8)
+    generated = torch.repeat_interleave(torch.tensor(chunk_out), counts)  # [N] bool
+
+    def on_generated(values: list[float]) -> torch.Tensor:
+        full = torch.zeros(len(source), dtype=torch.float32)  # [N]
+        full[generated] = flat(values, np.float32)
+        return full
+
+    real = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]  # [B, L] bool
+    dest = real.view(-1).nonzero().squeeze(1)  # [N] flat position of each token in [B, L]
+
+    def pad(values: torch.Tensor, fill: float, dtype: torch.dtype) -> torch.Tensor:
+        out = torch.full((len(lengths), width), fill, dtype=dtype)  # [B, L]
+        out.view(-1).index_copy_(0, dest, values.to(dtype))
+        return out
+
+    source_bl = pad(source, -1, torch.long)  # [B, L]
+    return TokenBatch(
+        input_ids=pad(flat(ids, np.int64), pad_id, torch.long),
+        attention_mask=real.long(),
+        loss_mask=((source_bl == int(Source.MODEL)) | (source_bl == int(Source.SUMMARY))).float(),
+        turn_id=pad(torch.repeat_interleave(torch.tensor(chunk_turn), counts), -1, torch.long),
+        old_logprobs=pad(on_generated(logp), 0.0, torch.float32),
+        source=source_bl,
+        fold_id=torch.tensor([seg.fold_id for seg in segments], dtype=torch.long),
+        row_episode=torch.tensor(owners, dtype=torch.long),
+        process_reward=pad(on_generated(process), 0.0, torch.float32),
+        entropy=pad(on_generated(entropy), 0.0, torch.float32) if have_entropy else None,
+    )
+
+
+_LISTED = -2  # chunk source code: this chunk's sources are listed per token
+
+
+def _chunk_source(sources: list[int] | None, default: int, listed: list[int]) -> int:
+    """One source code for a chunk whose tokens share it; else _LISTED (and the sources go to ``listed``)."""
+    if not sources:
+        return default
+    first = int(sources[0])
+    if sources.count(first) == len(sources):
+        return first
+    listed += sources
+    return _LISTED
+
+
+def reference_batch(
+    episodes: Sequence[Episode], *, pad_id: int = 0, max_len: int | None = None
+) -> TokenBatch:
+    """:func:`build_batch` spelled out row by row from :func:`segment_arrays` (the pre-#15 code).
+
+    Kept as the executable definition the fast path is tested against, and as the "before" row of
+    the batch-building benchmark.
+    """
+    import torch
+
+    segments, owners = _rows(episodes)
+    rows = [segment_arrays(seg) for seg in segments]
+    length = max(len(r["ids"]) for r in rows)
+    _check_len(length, max_len)
 
     def pad(key: str, value: float, dtype: torch.dtype) -> torch.Tensor:
         return torch.tensor([r[key] + [value] * (length - len(r[key])) for r in rows], dtype=dtype)
@@ -306,7 +454,7 @@ def build_batch(episodes: Sequence[Episode], *, pad_id: int = 0, max_len: int | 
         turn_id=pad("turn_id", -1, torch.long),
         old_logprobs=pad("logp", 0.0, torch.float32),
         source=pad("source", -1, torch.long),
-        fold_id=torch.tensor(folds, dtype=torch.long),
+        fold_id=torch.tensor([seg.fold_id for seg in segments], dtype=torch.long),
         row_episode=torch.tensor(owners, dtype=torch.long),
         process_reward=pad("process", 0.0, torch.float32),
         entropy=pad("entropy", 0.0, torch.float32) if have_entropy else None,
@@ -336,6 +484,7 @@ __all__ = [
     "Episode",
     "TokenBatch",
     "build_batch",
+    "reference_batch",
     "segment_arrays",
     "turn_table",
     "save",

@@ -22,7 +22,7 @@ from common import Row, parser, print_table, write_json  # noqa: E402
 from agentrl.errors import AgentRLError  # noqa: E402
 from agentrl.eval.runner import evaluate  # noqa: E402
 
-SUITES = ("local-gaia", "search-qa", "sql", "webshop", "math500", "gaia")
+SUITES = ("local-gaia", "search-qa", "sql", "webshop", "math500", "gaia-fixture")
 
 
 def measure(suite: str, agent: str, limit: int, concurrency: int) -> Row:
@@ -46,7 +46,7 @@ def main() -> None:
     rows = []
     for suite in SUITES:
         for agent in ("oracle", "random"):
-            if agent == "oracle" and suite == "gaia":
+            if agent == "oracle" and suite == "gaia-fixture":
                 continue  # real GAIA has no scripted oracle
             rows.append(measure(suite, agent, limit, concurrency=4))
     if not args.quick:

@@ -9,10 +9,13 @@
    case runs in a fresh subprocess; peak memory is the process's peak RSS growth on CPU and
    ``torch.cuda.max_memory_allocated`` growth on GPU.
 2. ``train.bf16_autocast``: policy forward + backward (top 6 blocks trained) of SmolLM2-135M on
-   ``[4, 600]`` tokens (a quickstart micro-batch), float32 vs bfloat16 autocast, tokens/s.
-3. A short quickstart run (SmolLM2-135M, search env, no warm-up): training tokens/s of the PPO
-   update and the wall-time split of a step (generation+env / scoring / learner), read from the
-   run's metrics.
+   ``[4, 600]`` tokens (a quickstart micro-batch), float32 vs bfloat16 autocast, tokens/s. The
+   bf16 row is measured only where the trainer's own probe (``agentrl.train.precision``) finds
+   fast bf16 kernels; on a CPU without them (AVX2 only: ~10x slower) it reads "skipped: no bf16
+   on this CPU" with the probe's timings.
+3. A short quickstart run (SmolLM2-135M, search env, no warm-up; ``bf16_autocast: auto``, so the
+   probe picks the precision): training tokens/s of the PPO update and the wall-time split of a
+   step (generation+env / scoring / learner), read from the run's metrics.
 """
 
 from __future__ import annotations
@@ -119,24 +122,33 @@ def train_table(quick: bool) -> dict[str, float]:
     mean = {k: sum(r.get(k, 0.0) for r in steps_rec) / max(len(steps_rec), 1) for k in keys}
     mean["wall_s"] = wall
     mean["steps"] = float(len(steps_rec))
+    mean["bf16_autocast"] = float(
+        json.loads((out / "summary.json").read_text())["precision"]["bf16_autocast"]
+    )
     return mean
 
 
-def autocast_table(repeats: int = 2) -> list[dict[str, float]]:
-    """Policy forward + backward tokens/s of SmolLM2-135M, float32 vs bf16 autocast (best of ``repeats``)."""
+def autocast_table(repeats: int = 2) -> tuple[list[dict[str, float]], str | None]:
+    """Policy forward + backward tokens/s of SmolLM2-135M, float32 vs bf16 autocast (best of
+    ``repeats``); the bf16 row only where the probe finds fast bf16 kernels. Returns the rows and
+    the reason bf16 was skipped (None when it was measured)."""
     import torch
 
     from agentrl.rollout.model import load_model
     from agentrl.train.learner import Policy, freeze_below
+    from agentrl.train.precision import probe_bf16
 
     model, _ = load_model("smollm2-135m", dtype="float32")
+    probe = probe_bf16(model, rows=4)
+    print(probe.line())
+    skipped = None if probe.bf16_kernels else f"skipped: no bf16 on this CPU ({probe.reason}; {probe.cpu})"
     freeze_below(model, 6)
     ids = torch.randint(0, 49_000, (4, 600), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
     loss_mask = torch.zeros(ids.shape)
     loss_mask[:, 400:] = 1.0
     rows = []
-    for autocast in (False, True):
+    for autocast in (False, True) if skipped is None else (False,):
         policy = Policy(model, autocast=autocast)
         best = float("inf")
         for _ in range(repeats):
@@ -145,7 +157,7 @@ def autocast_table(repeats: int = 2) -> list[dict[str, float]]:
             best = min(best, time.perf_counter() - t0)
             model.zero_grad(set_to_none=True)
         rows.append({"autocast": float(autocast), "seconds": best, "tokens_per_s": ids.numel() / best})
-    return rows
+    return rows, skipped
 
 
 def _fmt(value: object, digits: int = 2) -> str:
@@ -179,18 +191,21 @@ def main() -> None:
               f"{_fmt(row['peak_mib'], 0):>10}  {row.get('note', '')}")  # fmt: skip
 
     if not args.skip_train:
-        autocast = autocast_table()
+        autocast, skipped = autocast_table()
         results["autocast"] = autocast
+        results["autocast_skipped"] = skipped
         print("\npolicy forward + backward, SmolLM2-135M [4, 600], top 6 blocks trained")
         for row in autocast:
             name = "bf16 autocast" if row["autocast"] else "float32"
             print(f"{name:<14} {row['seconds']:>7.2f} s  {row['tokens_per_s']:>8.0f} tok/s")
+        if skipped:
+            print(f"{'bf16 autocast':<14} {skipped}")
         perf = train_table(args.quick)
         results["quickstart_step"] = perf
         step = perf["perf/step_s"] or 1.0
-        print(
-            f"\nquickstart step (SmolLM2-135M, search env, 2 tasks x 4 samples; mean of {perf['steps']:.0f} steps)"
-        )
+        precision = "bf16 autocast" if perf["bf16_autocast"] else "float32"
+        print(f"\nquickstart step (SmolLM2-135M, search env, 2 tasks x 4 samples, learner {precision} "
+              f"(bf16_autocast: auto); mean of {perf['steps']:.0f} steps)")  # fmt: skip
         print(f"{'part':<28} {'seconds':>9} {'share':>7}")
         for name, key in (("rollout (generation + env)", "perf/rollout_s"), ("scoring (old/ref/IG passes)", "perf/scoring_s"),
                           ("learner (PPO update)", "perf/learner_s")):  # fmt: skip
@@ -230,9 +245,13 @@ def shared_format(results: dict[str, Any], quick: bool) -> dict[str, Any]:
             )
     autocast = results.get("autocast")
     if autocast:
-        fp32, bf16 = autocast
-        rows.append(Row("policy fwd+bwd SmolLM2 [4,600] bf16 autocast", bf16["tokens_per_s"], "tok/s",
-                        "float32", fp32["tokens_per_s"]))  # fmt: skip
+        name = "policy fwd+bwd SmolLM2 [4,600] bf16 autocast"
+        fp32 = autocast[0]
+        rows.append(Row("policy fwd+bwd SmolLM2 [4,600] float32", fp32["tokens_per_s"], "tok/s"))
+        if len(autocast) > 1:
+            rows.append(Row(name, autocast[1]["tokens_per_s"], "tok/s", "float32", fp32["tokens_per_s"]))
+        else:
+            rows.append(Row(name, None, "tok/s", note=results["autocast_skipped"]))  # type: ignore[arg-type]
     perf = results.get("quickstart_step")
     if perf:
         step = perf["perf/step_s"]

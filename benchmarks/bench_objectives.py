@@ -79,6 +79,7 @@ def make_batch(rows: int, length: int, turns: int, seed: int = 0) -> dict[str, t
         "full_ctx_logp": old + 0.1 * torch.randn(rows, length, generator=gen),
         "outcome": (torch.rand(rows, generator=gen) < 0.5).float(),
         "group_id": group,
+        "row_rollout": torch.arange(rows),
         "finished": torch.rand(rows, generator=gen) < 0.9,
         "gt_logprob": -torch.rand(rows, turns + 1, generator=gen) * 5,
         "step_reward": torch.rand(rows, turns, generator=gen),

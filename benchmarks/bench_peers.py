@@ -260,36 +260,46 @@ def make_episodes(n_episodes: int, turns: int, seed: int = 0) -> list[Any]:
 
 
 def batch_rows(peers: Peers, quick: bool) -> list[Row]:
-    from agentrl.trajectory import build_batch, segment_arrays
+    """Our ``build_batch`` now and before issue #15 (``reference_batch``, row-by-row lists) vs TRL's ``pad``."""
+    import torch
 
+    from agentrl.trajectory import build_batch, reference_batch, segment_arrays
+
+    torch.set_num_threads(THREADS)  # as the peers' worker
     n_episodes, turns, repeat = (16, 4, 3) if quick else (256, 8, 10)
     episodes = make_episodes(n_episodes, turns)
     rows_data = [{k: segment_arrays(e.segments[0])[k] for k in ("ids", "mask", "logp")} for e in episodes]
     batch = build_batch(episodes)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        build_batch(episodes)
-        times.append(time.perf_counter() - start)
-    ours = ms(median(times))
+    times: dict[str, list[float]] = {"after": [], "before": [], "trl": []}
+    problem = peers.missing("trl")
+    spec = {"rows": rows_data, "pad_id": 0, "repeat": 1}
+    for _ in range(repeat):  # rounds interleave the three, so all see the same machine load
+        for key, fn in (("after", build_batch), ("before", reference_batch)):
+            start = time.perf_counter()
+            fn(episodes)
+            times[key].append(time.perf_counter() - start)
+        theirs = problem or peers.run("batch", spec)
+        if isinstance(theirs, str):
+            problem = theirs
+        else:
+            times["trl"] += theirs["time_s"]
     shape = "x".join(map(str, batch.input_ids.shape))
     name = f"batch building p50 ({n_episodes} episodes x {turns} turns -> {shape})"
-    problem = peers.missing("trl")
-    theirs = problem or peers.run("batch", {"rows": rows_data, "pad_id": 0, "repeat": repeat})
-    if isinstance(theirs, str):
-        out = [Row(f"{name}: agentrl build_batch", ours, "ms", note=f"TRL: {theirs}")]
-    else:
-        out = [
-            Row(
-                f"{name}: agentrl build_batch",
-                ours,
-                "ms",
-                "TRL pad (ids, attention, mask, logps)",
-                ms(median(theirs["time_s"])),
-                note="ours flattens multi-turn episodes and also builds turn_id/source/process/fold; "
-                "TRL pads already-flat rows (it has no multi-turn structure)",
-            )
-        ]
+    labels = {
+        "after": f"{name}: agentrl build_batch",
+        "before": f"{name}: agentrl build_batch before #15 (row-by-row lists)",
+    }
+    note = (
+        "ours flattens multi-turn episodes and also builds turn_id/source/process/fold; "
+        "TRL pads already-flat rows (it has no multi-turn structure)"
+    )
+    out = []
+    for key in ("before", "after"):
+        if problem:
+            out.append(Row(labels[key], ms(median(times[key])), "ms", note=f"TRL: {problem}"))
+        else:
+            base = ("TRL pad (ids, attention, mask, logps)", ms(median(times["trl"])))
+            out.append(Row(labels[key], ms(median(times[key])), "ms", *base, note=note))
     for dist, label in (("gem-llm", "GEM"), ("skyrl-gym", "SkyRL-Gym")):
         out.append(
             Row(
@@ -477,11 +487,19 @@ def main() -> int:
     p.add_argument(
         "--venv", default=None, help="peers venv (default $AGENTRL_PEERS_VENV or .cache/peers-venv)"
     )
+    p.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated subset of: {', '.join(SECTIONS)} (default: all)",
+    )
     args = p.parse_args()
+    unknown = set(args.sections.split(",")) - set(SECTIONS)
+    if unknown:
+        p.error(f"--sections: unknown {', '.join(sorted(unknown))}; use some of {', '.join(SECTIONS)}")
     with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
         peers = Peers(venv_dir(args.venv), Path(tmp))
         try:
-            rows = measure_all(peers, args.quick)
+            rows = measure_all(peers, args.quick, args.sections.split(","))
         finally:
             peers.close()
     print_rows(rows)
@@ -489,15 +507,24 @@ def main() -> int:
     return 0
 
 
-def measure_all(peers: Peers, quick: bool) -> list[Row]:
-    """Every section's rows; a peer that is missing or fails gives rows saying so."""
+def measure_all(peers: Peers, quick: bool, sections: list[str] | None = None) -> list[Row]:
+    """Every (or each named) section's rows; a peer that is missing or fails gives rows saying so."""
     peers.ensure()
     found = ", ".join(f"{PEERS.get(d, d)} {v}" for d, v in peers.versions.items() if v and "_error" not in d)
     note = peers.problem or f"{peers.path}: {found} (includes starting the worker and importing the peers)"
     rows = [Row("peers venv ready (create+install, or reuse)", peers.setup_s, "s", note=note)]
-    for section in (search_rows, python_rows, batch_rows, grpo_rows, mem_rows):
-        rows += section(peers, quick)
-    return rows + gpu_rows()
+    for name in sections or SECTIONS:
+        rows += SECTIONS[name](peers, quick)
+    return rows + (gpu_rows() if sections is None or len(sections) == len(SECTIONS) else [])
+
+
+SECTIONS = {
+    "search": search_rows,
+    "python": python_rows,
+    "batch": batch_rows,
+    "grpo": grpo_rows,
+    "mem": mem_rows,
+}
 
 
 def print_rows(rows: list[Row]) -> None:

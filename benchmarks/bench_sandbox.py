@@ -2,10 +2,13 @@
 
 Rows: cold start (a fresh hardened container running ``print(1)``; a fresh agent sandbox), warm
 ``exec`` p50/p95 of ``print(1)``, the stateful interpreter's round trip, the engine's own
-``exec_run`` for comparison, and execs/s with a pool of N sandboxes driven by N threads.
+``exec_run`` for comparison, execs/s with a pool of N sandboxes driven by N threads, and a pool's
+**lease + first exec** p50/p99 with 1 and 32 concurrent episodes (each episode: lease, ``print(1)``,
+plant files, hold the box ``--episode-s``, give it back; the pool makes the next lease clean).
 Targets (issue 3): warm p50 within 3x of subprocess and at least 10x faster than a cold container.
 
     python benchmarks/bench_sandbox.py [--quick] [--json PATH] [--backends docker,bwrap]
+        [--only lease] [--concurrency 1,32] [--episodes 8] [--episode-s 0.5]
 """
 
 from __future__ import annotations
@@ -114,10 +117,95 @@ def bench_backend(backend: str, quick: bool, sub_p50: float, sub_rate: dict[int,
     return rows
 
 
+PLANT = [
+    "sh",
+    "-c",
+    "mkdir -p d/e && echo x > d/e/f && chmod 500 d && echo y > /tmp/t && echo z > /dev/shm/s",
+]
+
+
+def lease_latency(
+    backend: str, concurrency: int, episodes: int, episode_s: float, reset: str = "auto"
+) -> list[Row]:
+    """Lease + first exec latency of a pool of ``concurrency`` boxes under as many episode threads."""
+    latencies: list[float] = []  # lease + first exec
+    waits: list[float] = []  # the lease alone: waiting for a clean, health-checked box
+    errors: list[BaseException] = []
+    kwargs = {} if reset == "main" else {"reset": reset}  # "main": before issue 22 (no reset= yet)
+    with SandboxPool(backend, size=concurrency, **kwargs) as pool:
+
+        def worker() -> None:
+            try:
+                for _ in range(episodes):
+                    start = time.perf_counter()
+                    with pool.lease(timeout=600) as box:
+                        waits.append(time.perf_counter() - start)
+                        box.exec(PRINT1, timeout=30)
+                        latencies.append(time.perf_counter() - start)
+                        box.exec(PLANT, timeout=30)
+                        time.sleep(episode_s)
+            except BaseException as exc:  # reported below, never swallowed
+                errors.append(exc)
+
+        started = time.perf_counter()
+        threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.perf_counter() - started
+        stats = pool.stats
+    if errors:
+        raise RuntimeError(f"{len(errors)} episode thread(s) failed: {errors[0]!r}") from errors[0]
+    mode = getattr(pool, "reset", reset)
+    note = f"{len(latencies)} leases in {wall:.1f} s; pool stats {stats}"
+    label = f"{backend} ({mode}): lease + first exec, {concurrency} concurrent"
+    return [
+        Row(f"{label} p50", median(latencies) * 1e3, "ms", note=note),
+        Row(f"{label} p99", percentile(latencies, 99) * 1e3, "ms"),
+        Row(f"{backend} ({mode}): lease alone, {concurrency} concurrent p50", median(waits) * 1e3, "ms"),
+        Row(
+            f"{backend} ({mode}): lease alone, {concurrency} concurrent p99",
+            percentile(waits, 99) * 1e3,
+            "ms",
+        ),
+    ]
+
+
 def main() -> None:
     args_parser = parser(__doc__.splitlines()[0])
     args_parser.add_argument("--backends", default="docker,bwrap", help="comma-separated backends to measure")
+    args_parser.add_argument(
+        "--only", choices=["all", "lease"], default="all", help="lease: only the pool rows"
+    )
+    args_parser.add_argument(
+        "--concurrency", default=None, help="concurrent episodes (default 1,32; quick 1,4)"
+    )
+    args_parser.add_argument(
+        "--episodes", type=int, default=None, help="episodes per thread (default 8; quick 2)"
+    )
+    args_parser.add_argument(
+        "--episode-s", type=float, default=0.5, help="seconds each episode holds its box"
+    )
+    args_parser.add_argument(
+        "--resets", default="auto", help="pool reset modes to compare, e.g. scrub,recycle (main: old pool)"
+    )
     args = args_parser.parse_args()
+    levels = [int(n) for n in (args.concurrency or ("1,4" if args.quick else "1,32")).split(",")]
+    episodes = args.episodes or (2 if args.quick else 8)
+    if args.only == "lease":
+        rows = []
+        for backend in args.backends.split(","):
+            for reset in args.resets.split(","):
+                if reset == "scrub" and backend.strip() != "docker":
+                    continue
+                for level in levels:
+                    rows += lease_latency(backend.strip(), level, episodes, args.episode_s, reset)
+        print_table(
+            rows, f"sandbox pool lease latency ({episodes} episodes per thread, {args.episode_s} s each)"
+        )
+        write_json(args.json_path, "sandbox", rows, args.quick)
+        return
     sizes = (1, 2) if args.quick else (1, 2, 4)
     sub = timed(subprocess_print1, 10 if args.quick else 40)
     rows = [
@@ -129,6 +217,8 @@ def main() -> None:
         rows.append(Row(f"subprocess execs/s, {n} threads", rate, "exec/s"))
     for backend in args.backends.split(","):
         rows += bench_backend(backend.strip(), args.quick, median(sub), sub_rate)
+        for level in levels:
+            rows += lease_latency(backend.strip(), level, episodes, args.episode_s)
     for row in rows:  # baselines are in ms; keep the ratio meaningful
         if row.unit == "ms" and row.baseline_value is not None:
             row.baseline_value *= 1e3

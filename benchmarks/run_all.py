@@ -24,9 +24,20 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-# The scripts issue 10 expects (owners: sandbox, search, web, code/SQL, objectives, rollout,
+# The scripts issue 10 expects (owners: sandbox, search, web, code/SQL, objectives, rollout, serve,
 # learner, eval, and the peers comparison). One that is absent gets a "missing" row.
-EXPECTED = ("sandbox", "search", "web", "code_sql", "objectives", "rollout", "learner", "eval", "peers")
+EXPECTED = (
+    "sandbox",
+    "search",
+    "web",
+    "code_sql",
+    "objectives",
+    "rollout",
+    "learner",
+    "eval",
+    "peers",
+    "serve",
+)
 
 
 def machine() -> str:

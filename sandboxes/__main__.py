@@ -1,4 +1,4 @@
-"""``python -m agentrl.sandboxes build|run FILE|clean``: the sandbox commands before/without the CLI."""
+"""``python -m agentrl.sandboxes build|run FILE|clean|doctor``: the sandbox commands before/without the CLI."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--timeout", type=float, default=10.0)
     run.add_argument("--json", action="store_true", help="print the ExecResult as JSON")
     commands.add_parser("clean", help="remove every agentrl sandbox container on the engine")
+    doctor = commands.add_parser("doctor", help="measure which limits each backend enforces on this host")
+    doctor.add_argument("--backends", default="docker,bwrap", help="comma-separated backends to check")
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     args = parser.parse_args(argv)
 
     from agentrl.errors import SandboxError
@@ -28,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
 
             print(build_image(force=args.force))
             return 0
+        if args.command == "doctor":
+            from agentrl.sandboxes.doctor import main as doctor_main
+
+            return doctor_main(args.backends.split(","), as_json=args.json)
         if args.command == "clean":
             from agentrl.sandboxes.docker_backend import remove_all_sandboxes
 

@@ -22,6 +22,7 @@ import resource
 import select
 import selectors
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -63,10 +64,10 @@ def process_table():
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as handle:
-                stat = handle.read()
+                raw = handle.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
+        fields = raw[raw.rfind(b")") + 2 :].split()
         table[int(name)] = (int(fields[1]), fields[0].decode())
     return table
 
@@ -420,9 +421,8 @@ class Agent:
 
     def op_put(self, request):
         data = base64.b64decode(request["data"])
-        fd = open_confined(
-            request["path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, int(request.get("mode", 0o644))
-        )
+        fd = open_confined(request["path"], os.O_WRONLY | os.O_CREAT, int(request.get("mode", 0o644)))
+        os.ftruncate(fd, 0)  # only now: the fd is known to be a regular file
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         return {"ok": True, "size": len(data)}
@@ -436,12 +436,22 @@ class Agent:
         return {"ok": True, "data": base64.b64encode(data).decode()}
 
     def op_reset(self, request):
+        """Kill everything, scrub the writable dirs and IPC objects, then verify the box is as new."""
         for sid in list(self.sessions):
             self.kill_session(sid)
         self.sweep()
+        problems = []
         for root in CLEAN_DIRS:
-            wipe(root)
+            problems += scrub(root, ORIGINAL.get(root))
+        problems += remove_ipc()
+        problems += leftovers(self)
+        if problems:
+            return {"ok": False, "error": "reset could not clean the box: " + "; ".join(problems[:8])}
         return {"ok": True}
+
+    def op_inspect(self, request):
+        """What a fresh lease could observe of the box's state (the tests compare it across leases)."""
+        return {"ok": True, "state": observable_state(self)}
 
     def op_ping(self, request):
         return {"ok": True, "pid": os.getpid(), "sessions": sorted(self.sessions)}
@@ -466,6 +476,8 @@ class Agent:
                     reply = handler(request)
             except (OSError, ValueError, KeyError) as exc:  # bad path, bad request: the caller's error
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            except Exception as exc:  # a bug or an episode's trap (e.g. RecursionError): say so, live on
+                reply = {"ok": False, "error": f"agent failed: {type(exc).__name__}: {exc}"[:2000]}
             reply["id"] = request.get("id")
             out.write((json.dumps(reply) + "\n").encode())
             out.flush()
@@ -548,33 +560,211 @@ def open_confined(path, flags, mode):
                 raise ValueError(f"path {path!r}: {part!r} is a symlink or not a directory") from exc
             os.close(dir_fd)
             dir_fd = next_fd
+        # O_NONBLOCK: opening a FIFO never waits for a peer (a socket or a FIFO without one: ENXIO).
         try:
-            return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+            fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno == 40:  # ELOOP: the last component is a symlink
                 raise ValueError(f"path {path!r} is a symlink; symlinks are not followed") from exc
+            if exc.errno in (6, 21):  # ENXIO (FIFO without a peer, socket), EISDIR
+                raise ValueError(
+                    not_regular(path, os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False))
+                ) from exc
             raise
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            raise ValueError(not_regular(path, info))
+        os.set_blocking(fd, True)
+        return fd
     finally:
         os.close(dir_fd)
 
 
-def wipe(root):
-    """Delete everything under ``root`` (not ``root`` itself), never following symlinks."""
-    import shutil
+FILE_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+              stat.S_IFBLK: "a block device", stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symlink"}  # fmt: skip
 
+
+def not_regular(path, info):
+    kind = FILE_KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
+    return f"path {path!r} is {kind}; put_file/get_file transfer only regular files"
+
+
+def scrub(root, original):
+    """Delete everything under ``root`` whatever its modes, restore ``root``'s own mode, times and
+    (no) xattrs as recorded at start; return what could not be done (never raises)."""
+    problems = []
     try:
-        entries = os.listdir(root)
-    except OSError:
-        return
-    for name in entries:
-        path = os.path.join(root, name)
+        info = os.lstat(root)
+    except OSError as exc:
+        return [f"{root}: {exc.strerror}"]
+    if info.st_uid == os.geteuid():
+        try:  # the episode may have taken its own permissions away
+            os.chmod(root, 0o700)
+        except OSError as exc:
+            problems.append(f"chmod {root}: {exc.strerror}")
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        return problems + [f"open {root}: {exc.strerror}"]
+    try:
+        empty_dir(fd, root, problems)
+    except RecursionError:
+        problems.append(f"{root}: directory tree too deep to remove")
+    finally:
+        os.close(fd)
+    if original is not None and info.st_uid == os.geteuid():
         try:
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
+            for name in os.listxattr(root, follow_symlinks=False):
+                os.removexattr(root, name, follow_symlinks=False)
+        except OSError as exc:
+            problems.append(f"xattrs of {root}: {exc.strerror}")
+        try:
+            os.chmod(root, original["mode"])
+            os.utime(root, ns=(original["mtime_ns"], original["mtime_ns"]), follow_symlinks=False)
+        except OSError as exc:
+            problems.append(f"restore {root}: {exc.strerror}")
+    return problems
+
+
+def empty_dir(dir_fd, where, problems):
+    """Remove every entry of the open directory ``dir_fd`` (depth first), never following a symlink."""
+    for name in os.listdir(dir_fd):
+        try:
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                if info.st_mode & 0o700 != 0o700:
+                    os.chmod(name, 0o700, dir_fd=dir_fd)  # a directory: chmod follows nothing here
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+                try:
+                    empty_dir(sub, f"{where}/{name}", problems)
+                finally:
+                    os.close(sub)
+                os.rmdir(name, dir_fd=dir_fd)
             else:
-                os.unlink(path)
-        except OSError:
-            pass
+                os.unlink(name, dir_fd=dir_fd)
+        except OSError as exc:
+            problems.append(f"remove {where}/{name}: {exc.strerror}")
+
+
+IPC_KINDS = ("shm", "msg", "sem")  # the files of /proc/sysvipc
+IPC_RMID = 0
+
+
+def sysv_ids(kind):
+    """Ids of the SysV IPC objects of ``kind`` (shm, msg, sem) in this IPC namespace."""
+    try:
+        with open(f"/proc/sysvipc/{kind}") as handle:
+            lines = handle.read().splitlines()[1:]
+    except OSError:
+        return []
+    return [int(line.split()[1]) for line in lines if line.strip()]
+
+
+def remove_ipc():
+    """Remove every SysV shm segment, message queue and semaphore set and every POSIX mqueue."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    calls = {"shm": libc.shmctl, "msg": libc.msgctl, "sem": lambda i, cmd, _: libc.semctl(i, 0, cmd)}
+    problems = []
+    for kind, call in calls.items():
+        for ipc_id in sysv_ids(kind):
+            if call(ipc_id, IPC_RMID, None) != 0:
+                problems.append(f"remove SysV {kind} {ipc_id}: {os.strerror(ctypes.get_errno())}")
+    if os.path.isdir(MQUEUE_DIR):
+        for name in os.listdir(MQUEUE_DIR):
+            try:
+                os.unlink(os.path.join(MQUEUE_DIR, name))
+            except OSError as exc:
+                problems.append(f"remove mqueue {name}: {exc.strerror}")
+    return problems
+
+
+def tree(root):
+    """Sorted (path, mode, uid, size) of everything under ``root``, without following symlinks
+    (iterative: an episode may leave a tree deeper than Python's recursion limit)."""
+    entries, stack = [], [root]
+    while stack:
+        top = stack.pop()
+        try:
+            with os.scandir(top) as listing:
+                for entry in listing:
+                    info = entry.stat(follow_symlinks=False)
+                    entries.append([entry.path, info.st_mode, info.st_uid, info.st_size])
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError as exc:
+            entries.append([top, "unreadable", exc.strerror, 0])
+    return sorted(entries, key=str)
+
+
+def root_state(root):
+    """A writable dir's own mode, owner, xattrs and (when it is ours, so restorable) mtime."""
+    try:
+        info = os.lstat(root)
+    except OSError as exc:
+        return {"error": exc.strerror}
+    state = {"mode": info.st_mode, "uid": info.st_uid, "gid": info.st_gid}
+    if info.st_uid == os.geteuid():  # root-owned /tmp (Docker): the episode cannot change these
+        # atime is restored too, but not compared: listing a directory may move it (relatime)
+        try:
+            state["xattrs"] = sorted(os.listxattr(root, follow_symlinks=False))
+        except OSError as exc:
+            state["xattrs"] = [f"? {exc.strerror}"]
+        state["mtime_ns"] = info.st_mtime_ns
+    return state
+
+
+def observable_state(agent):
+    """Everything the next lease could read of what an earlier one left (files, IPC, processes, keys)."""
+    agent.reap()
+    state = {"roots": {root: root_state(root) for root in CLEAN_DIRS}}
+    state["trees"] = {root: tree(root) for root in CLEAN_DIRS}
+    state["sysv"] = {kind: sysv_ids(kind) for kind in IPC_KINDS}
+    state["mqueues"] = sorted(os.listdir(MQUEUE_DIR)) if os.path.isdir(MQUEUE_DIR) else None
+    state["processes"] = sorted(
+        pid for pid, (_, st) in process_table().items() if pid != os.getpid() and st != "Z"
+    )
+    state["sessions"] = sorted(agent.sessions)
+    return state
+
+
+def leftovers(agent):
+    """What a reset failed to remove, compared with the state recorded when the box started."""
+    state = observable_state(agent)
+    problems = [
+        f"{root} still holds {len(entries)} entries" for root, entries in state["trees"].items() if entries
+    ]
+    for root, now in state["roots"].items():
+        was = ORIGINAL.get(root)
+        if was is not None and now != was:
+            problems.append(f"{root} is {now}, was {was}")
+    problems += [f"{len(ids)} SysV {kind} object(s) left" for kind, ids in state["sysv"].items() if ids]
+    if state["mqueues"]:
+        problems.append(f"{len(state['mqueues'])} POSIX message queue(s) left")
+    if state["processes"] or state["sessions"]:
+        problems.append(f"processes left: {state['processes']}")
+    return problems
+
+
+MQUEUE_DIR = "/dev/mqueue"
+ORIGINAL = {}  # root -> root_state at start, what each reset restores and checks
+
+
+def new_session_keyring():
+    """Join a fresh anonymous session keyring, so nothing the host's keyring holds is reachable
+    (where seccomp forbids keyctl, as under Docker, keys are out of reach anyway)."""
+    import ctypes
+    import platform
+
+    number = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
+    if number is None:
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).syscall(number, 1, None)  # KEYCTL_JOIN_SESSION_KEYRING, NULL
+    except (OSError, AttributeError):
+        pass
 
 
 def main():
@@ -597,6 +787,9 @@ def main():
     except (OSError, AttributeError):
         pass
     os.umask(0o022)
+    new_session_keyring()
+    for root in CLEAN_DIRS:
+        ORIGINAL[root] = root_state(root)
     Agent().serve()
 
 

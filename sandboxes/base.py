@@ -281,8 +281,22 @@ class AgentSandbox:
         return base64.b64decode(self._request("get", 30.0, path=path)["data"])
 
     def reset(self) -> None:
-        """Kill every process and interpreter and empty the writable dirs (between episodes)."""
+        """Scrub the box for the next episode and verify it (see ``agent.py``: ``op_reset``).
+
+        Kills every process and interpreter, deletes everything in ``/work``, ``/tmp`` and
+        ``/dev/shm`` whatever its modes, removes SysV and POSIX IPC objects, restores those dirs'
+        mode, mtime and xattrs, then checks all of it.
+
+        Raises:
+            SandboxError: the box could not be made clean (the message lists what was left); it
+                must not serve another episode (the pool replaces it).
+        """
         self._request("reset", 30.0)
+
+    def inspect(self) -> dict[str, Any]:
+        """What an episode could observe of earlier ones: the writable dirs' trees and own state,
+        SysV and POSIX IPC objects, processes and interpreter sessions."""
+        return self._request("inspect", 30.0)["state"]
 
     def ping(self, timeout: float = 5.0) -> bool:
         """Health check: True when the agent answers; a dead box is marked lost (and replaced later)."""

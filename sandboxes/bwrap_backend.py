@@ -1,10 +1,14 @@
 """bubblewrap backend: the same agent in user/pid/net/ipc/uts namespaces, for hosts without Docker.
 
 The host's ``/usr`` is bound read-only (so the sandbox runs the host's ``python3``), the work dir
-and ``/tmp`` are size-capped tmpfs, there is no network (a fresh, empty net namespace), no host env
-vars and no other host path. Limits without cgroups are weaker than Docker's; see the README's
-threat model: memory is an RSS watchdog plus ``RLIMIT_AS``, processes are ``RLIMIT_NPROC`` on a
-dedicated uid, and the CPU share is not limited at all (only each exec's timeout is).
+and ``/tmp`` are size-capped tmpfs, there is no network (a fresh, empty net namespace), a private
+IPC namespace with its own ``/dev/mqueue``, no host env vars and no other host path. As root, each
+box gets its own memory+pids cgroup (``cgroups.py``: v1 or v2), whose memory counter also charges
+tmpfs, SysV shm, memfds and kernel memory; without one, memory is an RSS watchdog plus
+``RLIMIT_AS`` (blind to shm and tmpfs). Processes are also ``RLIMIT_NPROC`` on a dedicated uid.
+The CPU share is not limited (only each exec's timeout is; ``cgroups.py`` says why). bwrap
+cannot set tmpfs options besides ``--size``, so the number of inodes is bounded only by the memory
+cgroup. ``agentrl sandbox doctor`` measures it all.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 from agentrl.errors import SandboxError
 from agentrl.sandboxes.base import AGENT_SOURCE, AgentSandbox, Limits, TransportClosed
+from agentrl.sandboxes.cgroups import BoxCgroup, cgroup_support
 from agentrl.sandboxes.image import IMAGE_ENV, SANDBOX_UID, WORK_DIR
 
 # When the host process is root, each bwrap sandbox runs as its own unprivileged host uid, so that
@@ -130,6 +135,8 @@ class BwrapSandbox(AgentSandbox):
             raise SandboxError("the bwrap backend has no networks; use network=None or the docker backend")
         self.process: subprocess.Popen | None = None
         self._stderr = None
+        self.cgroup: BoxCgroup | None = None
+        self.cgroup_version, self.cgroup_note = cgroup_support()
         with _uid_lock:
             self.host_uid = HOST_UID_BASE + (os.getpid() * 131 + next(_uid_slots)) % 4000
 
@@ -137,7 +144,9 @@ class BwrapSandbox(AgentSandbox):
         memory = self.limits.memory_mb << 20
         rlimits = {"RLIMIT_CORE": 0, "RLIMIT_NOFILE": 1024, "RLIMIT_AS": 2 * memory + (256 << 20)}
         rlimits["RLIMIT_NPROC"] = self._nproc_limit()
-        return {**super()._agent_config(), "memory_bytes": memory, "watchdog": True, "rlimits": rlimits}
+        # Without a cgroup the RSS watchdog is the memory limit (it cannot see shm, memfd or tmpfs).
+        watchdog = self.cgroup_version is None
+        return {**super()._agent_config(), "memory_bytes": memory, "watchdog": watchdog, "rlimits": rlimits}
 
     def _nproc_limit(self) -> int:
         if os.geteuid() == 0:
@@ -185,7 +194,9 @@ class BwrapSandbox(AgentSandbox):
         argv += ["--ro-bind", "/usr", "/usr", *_usr_merge_links()]
         argv += ["--ro-bind", _etc_dir(), "/etc", "--proc", "/proc", "--dev", "/dev"]
         argv += ["--size", size, "--tmpfs", WORK_DIR, "--size", size, "--tmpfs", "/tmp"]
-        argv += ["--size", str(16 << 20), "--tmpfs", "/dev/shm"]
+        argv += ["--size", str(16 << 20), "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue"]
+        if self.cgroup is not None:  # the agent reads its OOM-kill counter, as under Docker
+            argv += ["--ro-bind", *self.cgroup.oom_file]
         for host, inside in self.limits.ro_mounts.items():
             argv += ["--ro-bind", host, inside]
         argv += ["--remount-ro", "/"]  # bwrap's root is a tmpfs: make it read-only like Docker's
@@ -197,8 +208,18 @@ class BwrapSandbox(AgentSandbox):
 
     def _launch(self) -> PipeTransport:
         self._stderr = tempfile.TemporaryFile()
+        if self.cgroup_version is not None:
+            try:
+                self.cgroup = BoxCgroup(self.cgroup_version, self.limits.memory_mb << 20, self.limits.pids)
+            except OSError as exc:
+                raise SandboxError(
+                    f"could not make the bwrap box's cgroup ({self.cgroup_note}): {exc}"
+                ) from exc
+        argv = self._command()
+        if self.cgroup is not None:
+            argv = self.cgroup.wrap(argv)
         self.process = subprocess.Popen(
-            self._command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env={}
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env={}
         )
         return PipeTransport(self.process)
 
@@ -224,3 +245,9 @@ class BwrapSandbox(AgentSandbox):
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+        cgroup, self.cgroup = self.cgroup, None
+        if cgroup is not None:
+            try:
+                cgroup.remove()
+            except OSError as exc:
+                raise SandboxError(f"could not remove the bwrap box's cgroup {cgroup.dirs}: {exc}") from exc

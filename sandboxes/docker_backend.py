@@ -7,6 +7,7 @@ engine works as well as the local socket.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -22,6 +23,11 @@ from agentrl.sandboxes.image import SANDBOX_UID, WORK_DIR, default_image
 LABEL = "agentrl.sandbox"
 _client_lock = threading.Lock()
 _client = None
+# docker-py keeps one connection pool per URL (so per container) and closes the least recently used
+# beyond 25 (its num_pools argument is ignored for local sockets), even while another thread is
+# using it: 32 parallel launches crashed in urllib3. A launch touches 3 URLs, so at most 6 launches
+# or removals run at once (the pool prepares boxes in parallel; the engine is the bottleneck anyway).
+_engine_slots = threading.BoundedSemaphore(6)
 
 
 def docker_client():
@@ -107,9 +113,15 @@ class DockerTransport:
             pass
 
 
+def tmpfs_inodes(limits: Limits) -> int:
+    """Inode cap of each tmpfs: one per 4 KiB of its size (a million empty files cost kernel memory)."""
+    return max(1024, limits.work_tmpfs_mb * 256)
+
+
 class DockerSandbox(AgentSandbox):
-    """A sandbox in a Docker container: no network, read-only root, tmpfs work dir, non-root user,
-    no capabilities, no-new-privileges, memory/pids/CPU limits, only read-only host mounts.
+    """A sandbox in a Docker container: no network, read-only root, tmpfs work dir (size and inode
+    caps), non-root user, no capabilities, no-new-privileges, memory/pids/CPU limits, a private IPC
+    namespace, only read-only host mounts.
 
     Args:
         image: image tag; defaults to the recipe-built ``agentrl-sandbox:<hash>``.
@@ -124,12 +136,16 @@ class DockerSandbox(AgentSandbox):
         self.container_id: str | None = None
 
     def _launch(self) -> DockerTransport:
+        with _engine_slots:
+            return self._launch_container()
+
+    def _launch_container(self) -> DockerTransport:
         import docker.errors
         from docker.types import Ulimit
 
         client = docker_client()
         limits = self.limits
-        tmpfs_opts = f"size={limits.work_tmpfs_mb}m,exec"
+        tmpfs_opts = f"size={limits.work_tmpfs_mb}m,nr_inodes={tmpfs_inodes(limits)},exec"
         host_config = client.api.create_host_config(
             network_mode=limits.network or "none",
             read_only=True,
@@ -180,7 +196,7 @@ class DockerSandbox(AgentSandbox):
             )
             client.api.start(self.container_id)
         except docker.errors.APIError as exc:
-            self._destroy()
+            self._destroy(engine_slot_held=True)
             raise SandboxError(
                 f"docker could not start the sandbox container: {exc.explanation or exc}"
             ) from exc
@@ -204,7 +220,7 @@ class DockerSandbox(AgentSandbox):
         oom = ", OOM-killed" if state.get("OOMKilled") else ""
         return f"the container exited (code {state.get('ExitCode')}{oom})"
 
-    def _destroy(self) -> None:
+    def _destroy(self, engine_slot_held: bool = False) -> None:
         import docker.errors
         import requests.exceptions
 
@@ -212,14 +228,17 @@ class DockerSandbox(AgentSandbox):
             return
         container_id, self.container_id = self.container_id, None
         try:
-            docker_client().api.remove_container(container_id, force=True)
+            with contextlib.nullcontext() if engine_slot_held else _engine_slots:
+                docker_client().api.remove_container(container_id, force=True)
         except docker.errors.NotFound:
             pass
         except docker.errors.APIError as exc:
             if exc.status_code != 409:  # 409: auto-remove is already removing it
                 raise SandboxError(f"could not remove sandbox container {container_id[:12]}: {exc}") from exc
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise SandboxError(f"the Docker engine did not answer while removing {container_id[:12]}: {exc}") from exc
+            raise SandboxError(
+                f"the Docker engine did not answer while removing {container_id[:12]}: {exc}"
+            ) from exc
 
 
 def one_shot_container(argv: list[str], image: str | None = None, memory_mb: int = 512) -> bytes:

@@ -1,8 +1,9 @@
 """Test-wide settings: offline hub, Triton interpreter on CPU, marker handling.
 
 Markers: ``docker`` (needs a Docker Engine), ``gpu`` (needs CUDA), ``slow`` (> ~20 s; CI runs it).
-GPU tests skip without CUDA. Docker tests skip when no engine answers, unless
-``AGENTRL_REQUIRE_DOCKER=1`` (set by .ci/run), where a missing engine is a failure.
+GPU tests skip without CUDA. Docker tests skip when no engine answers or the sandbox image is not
+built, unless ``AGENTRL_REQUIRE_DOCKER=1`` (set by .ci/run), where either is a failure. Tests that
+take the ``sandbox_backend`` fixture (the backend ``auto`` picks) follow the same rule.
 """
 
 from __future__ import annotations
@@ -43,11 +44,55 @@ def _docker() -> str | None:
         return f"no Docker engine answers ({type(exc).__name__}: {exc})"
 
 
+@functools.cache
+def _sandbox_image() -> str | None:
+    """None when the sandbox image is built (or no engine answers: ``_docker`` says so), else the reason."""
+    if _docker() is not None:
+        return None
+    import docker
+    import docker.errors
+
+    from agentrl.sandboxes.image import default_image
+
+    try:
+        docker.from_env(timeout=5).images.get(default_image())
+    except docker.errors.ImageNotFound:
+        return (
+            f"the sandbox image {default_image()} is not built: run `agentrl sandbox build` "
+            "(or `bash scripts/setup.sh --sandbox`)"
+        )
+    return None
+
+
+def _docker_required() -> bool:
+    return os.environ.get("AGENTRL_REQUIRE_DOCKER") == "1"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "gpu" in item.keywords and not _cuda():
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
         if "docker" in item.keywords:
-            reason = _docker()
-            if reason and os.environ.get("AGENTRL_REQUIRE_DOCKER") != "1":
+            reason = _docker() or _sandbox_image()
+            if reason and not _docker_required():
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def sandbox_backend() -> str:
+    """The backend ``auto`` picks (Docker when an engine answers, else bubblewrap); skips when none works
+    here, or when it is Docker and the sandbox image is not built (fails instead under
+    ``AGENTRL_REQUIRE_DOCKER=1``)."""
+    from agentrl.errors import SandboxError
+    from agentrl.sandboxes import resolve_backend
+
+    try:
+        backend = resolve_backend("auto")
+    except SandboxError as exc:
+        pytest.skip(f"no sandbox backend here: {exc}")
+    reason = _sandbox_image() if backend == "docker" else None
+    if reason and _docker_required():
+        pytest.fail(reason)
+    if reason:
+        pytest.skip(reason)
+    return backend

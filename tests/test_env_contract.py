@@ -14,9 +14,8 @@ import toy_envs  # noqa: F401  (registers test/Counter-v0)
 from gymnasium.utils.env_checker import check_env
 
 import agentrl
-import agentrl.paths
 from agentrl import TextEnv
-from agentrl.errors import ConfigError, EnvError
+from agentrl.errors import EnvError
 
 
 def _play(env, seed, actions):
@@ -93,23 +92,20 @@ def test_gymnasium_make_works_too():
 
 
 ALL_IDS = agentrl.registered_ids()
+#: envs that need their data named explicitly (no silent fallback): their bundled fixtures
+MAKE_KWARGS = {"agentrl/GAIA-Real-v0": {"data_dir": "fixture"}}
 
 
-def _make_or_skip(env_id: str):
-    """Make the env; skip (not fail) only when it needs the real benchmark data and it is absent."""
-    try:
-        env = agentrl.make(env_id)
-        env.reset(seed=0)  # data loads lazily on the first reset
-        return env
-    except (EnvError, ConfigError) as exc:
-        if "AGENTRL_DATA" in str(exc) and agentrl.paths.shared_data_dir(required=False) is None:
-            pytest.skip(f"{env_id} needs the benchmark data folder: {exc}")
-        raise
+def _make(env_id: str):
+    """Make the env and reset it (data loads lazily on the first reset): every id's data ships."""
+    env = agentrl.make(env_id, **MAKE_KWARGS.get(env_id, {}))
+    env.reset(seed=0)
+    return env
 
 
 @pytest.mark.parametrize("env_id", ALL_IDS)
 def test_registered_env_contract(env_id):
-    env = _make_or_skip(env_id)
+    env = _make(env_id)
     try:
         check_env(env.unwrapped, skip_render_check=True)
         unwrapped = env.unwrapped
@@ -139,7 +135,7 @@ def _scripted_actions(env) -> list[str]:
 def test_same_seed_same_episode(env_id):
     runs = []
     for _ in range(2):
-        env = _make_or_skip(env_id)
+        env = _make(env_id)
         env.reset(seed=11)
         runs.append(_play(env, 11, _scripted_actions(env)))
         env.close()

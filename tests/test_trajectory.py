@@ -21,16 +21,38 @@ from agentrl.trajectory import (
 
 
 def _episode(error: str | None = None) -> Episode:
-    t0 = Turn(index=0, output_ids=[5, 6], output_logprobs=[-0.1, -0.2], obs_ids=[7, 8, 9],
-              obs_source=[Source.TEMPLATE, Source.TOOL, Source.TEMPLATE], action_text="a",
-              observation="ö ✓", reward_parts={"info_gain": 0.25}, tool_calls=[{"name": "search", "arguments": {"q": 1}}],
-              timings={"generate_s": 0.5}, sandbox_usage={"wall_s": 0.1})
+    t0 = Turn(
+        index=0,
+        output_ids=[5, 6],
+        output_logprobs=[-0.1, -0.2],
+        obs_ids=[7, 8, 9],
+        obs_source=[Source.TEMPLATE, Source.TOOL, Source.TEMPLATE],
+        action_text="a",
+        observation="ö ✓",
+        reward_parts={"info_gain": 0.25},
+        tool_calls=[{"name": "search", "arguments": {"q": 1}}],
+        timings={"generate_s": 0.5},
+        sandbox_usage={"wall_s": 0.1},
+    )
     t1 = Turn(index=1, output_ids=[10], output_logprobs=[-0.3], kind="summary", output_entropy=[1.5])
-    branch = Turn(index=2, output_ids=[11, 12], output_logprobs=[-1.0, -2.0], reward_parts={"process": -1.0})
+    branch = Turn(
+        index=2,
+        output_ids=[11, 12],
+        output_logprobs=[-1.0, -2.0],
+        process_reward=[-1.0, -0.2],
+        reward_parts={"process/failure": -1.0, "process/out_of_scope": -0.2},
+    )
     return Episode(
-        episode_id="e1", env_id="agentrl/Search-v0", task_id="t1", group_id="g",
+        episode_id="e1",
+        env_id="agentrl/Search-v0",
+        task_id="t1",
+        group_id="g",
         segments=[Segment([1, 2, 3], [t0, t1]), Segment([1, 2], [branch], fold_id=1, kind="branch")],
-        outcome=1.0, terminated=True, answer="Paris", ground_truth=["Paris", "paris"], metrics={"em": 1.0},
+        outcome=1.0,
+        terminated=True,
+        answer="Paris",
+        ground_truth=["Paris", "paris"],
+        metrics={"em": 1.0},
         error=error,
     )
 
@@ -42,12 +64,45 @@ def test_round_trip(tmp_path, suffix):
     assert load(tmp_path / f"eps{suffix}") == episodes
 
 
-def test_old_schema_version_is_refused_with_a_fix(tmp_path):
+def test_newer_schema_version_is_refused_with_a_fix(tmp_path):
     record = _episode().to_dict()
     record["schema_version"] = SCHEMA_VERSION + 1
     (tmp_path / "x.jsonl").write_text(json.dumps(record) + "\n")
-    with pytest.raises(ValueError, match="schema_version"):
+    with pytest.raises(ValueError, match="schema_version.*upgrade agentrl"):
         load(tmp_path / "x.jsonl")
+
+
+def test_version_1_records_still_load(tmp_path):
+    """A v1 record (no Turn.process_reward; a per-turn reward_parts["process"]) loads as v2."""
+    current = _episode()
+    v1 = current.to_dict()
+    v1["schema_version"] = 1
+    for seg in v1["segments"]:
+        for turn in seg["turns"]:
+            del turn["process_reward"]
+    v1["segments"][1]["turns"][0]["reward_parts"] = {"process": -1.0}
+    (tmp_path / "v1.jsonl").write_text(json.dumps(v1) + "\n")
+    (old,) = load(tmp_path / "v1.jsonl")
+    assert SCHEMA_VERSION == 2 and old.schema_version == 2
+    assert [t.process_reward for t in old.turns] == [None, None, [-1.0, -1.0]]
+    assert old.segments[0] == current.segments[0]  # nothing else changed
+    # Parquet stores the same record (free-form fields as JSON text): v1 rows load there too
+    from agentrl.trajectory import _from_parquet_record, _to_parquet_record
+
+    record = _to_parquet_record(current)
+    record["schema_version"] = 1
+    for seg in record["segments"]:
+        for turn in seg["turns"]:
+            del turn["process_reward"]
+    assert [t.process_reward for t in _from_parquet_record(record).turns] == [None, None, None]
+
+
+def test_turn_validates_process_reward():
+    with pytest.raises(ValueError, match="process_reward has 1 values for 2 output ids"):
+        Turn(index=0, output_ids=[1, 2], output_logprobs=[0.0, 0.0], process_reward=[-1.0])
+    for bad in ([0.0, 0.5], [0.0, float("nan")], [float("-inf"), 0.0]):
+        with pytest.raises(ValueError, match="finite and <= 0"):
+            Turn(index=0, output_ids=[1, 2], output_logprobs=[0.0, 0.0], process_reward=bad)
 
 
 def test_turn_validates_lengths():
@@ -64,7 +119,7 @@ def test_build_batch_hand_checked():
     assert batch.turn_id.tolist() == [[-1, -1, -1, 0, 0, -1, -1, -1, 1], [-1, -1, 2, 2, -1, -1, -1, -1, -1]]
     assert batch.source.tolist() == [[0, 0, 0, 1, 1, 4, 2, 4, 3], [0, 0, 1, 1, -1, -1, -1, -1, -1]]
     assert torch.allclose(batch.old_logprobs[0], torch.tensor([0, 0, 0, -0.1, -0.2, 0, 0, 0, -0.3]))
-    assert batch.process_reward[1].tolist() == [0, 0, -1, -1, 0, 0, 0, 0, 0]
+    assert torch.equal(batch.process_reward[1], torch.tensor([0, 0, -1, -0.2, 0, 0, 0, 0, 0]))
     assert batch.fold_id.tolist() == [0, 1] and batch.row_episode.tolist() == [0, 0]
     assert batch.entropy is None  # turn 0 had no sampler entropy
 

@@ -1,5 +1,7 @@
 """File reader tools for task attachments (GAIA's ``file_name``): CSV, XLSX, JSON, SQLite, PDF, DOCX,
-and plain text.
+PPTX, ZIP (members listed and read), images (size and embedded description; no pixels), and every
+text-like type (code, markup, PDB ...: sniffed, not only by suffix). Audio and Git-LFS pointer files
+become a clear observation saying the content is not available.
 
 :func:`render_file` turns a file into text a model can read; :func:`make_file_tools` binds a set of
 attachments to two tools, ``read_file`` (paged text) and ``query_sqlite`` (read-only SQL over an
@@ -25,8 +27,34 @@ MAX_TABLE_ROWS = 500  # rows per table/sheet rendered before "... N more rows"
 SQL_MAX_ROWS = 200
 SQL_MAX_STEPS = 2_000_000  # sqlite VM steps before a query is interrupted (runaway joins)
 
-TEXT_SUFFIXES = {".txt", ".md", ".py", ".log", ".html", ".xml", ".yaml", ".yml"}
+TEXT_SUFFIXES = {".txt", ".md", ".py", ".log", ".html", ".xml", ".yaml", ".yml", ".pdb"}
 SQLITE_SUFFIXES = {".sqlite", ".sqlite3", ".db"}
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
+AUDIO_SUFFIXES = {".mp3", ".wav", ".m4a", ".flac", ".ogg", ".aac"}
+LFS_HEADER = b"version https://git-lfs.github.com/spec/v1"
+ZIP_MAX_MEMBER_BYTES = 20_000_000  # members larger than this are listed, not read
+TEXT_SNIFF_BYTES = 4096
+
+
+def is_lfs_pointer(path: str | Path) -> bool:
+    """True when ``path`` is a Git-LFS pointer file (the repository was cloned without ``git lfs pull``)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(LFS_HEADER)) == LFS_HEADER
+    except OSError:
+        return False
+
+
+def _looks_like_text(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        head = handle.read(TEXT_SNIFF_BYTES)
+    if b"\0" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(head) - 4  # a multi-byte character cut by the sniff window
+    return True
 
 
 def _table_text(rows: list[list[object]], *, sep: str = " | ") -> str:
@@ -144,6 +172,86 @@ def _render_docx(path: Path) -> str:
     return "\n".join(parts)
 
 
+def _render_pptx(path: Path) -> str:
+    """Slide texts in slide order (PowerPoint files are zipped XML; no extra dependency)."""
+    import re
+    from xml.etree import ElementTree
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if re.fullmatch(r"ppt/slides/slide\d+\.xml", n)]
+            names.sort(key=lambda n: int(re.sub(r"\D", "", n)))
+            slides = [ElementTree.fromstring(archive.read(n)) for n in names]
+    except (zipfile.BadZipFile, KeyError, ElementTree.ParseError) as exc:
+        raise ToolError(f"cannot open {path.name} as a PowerPoint file: {exc}") from exc
+    parts = []
+    for number, root in enumerate(slides, start=1):
+        paragraphs = []
+        for paragraph in root.iter("{http://schemas.openxmlformats.org/drawingml/2006/main}p"):
+            text = "".join(
+                t.text or ""
+                for t in paragraph.iter("{http://schemas.openxmlformats.org/drawingml/2006/main}t")
+            )
+            if text.strip():
+                paragraphs.append(text)
+        parts.append(f"## Slide {number}\n" + "\n".join(paragraphs))
+    return "\n\n".join(parts) if parts else f"{path.name} has no slides"
+
+
+def _render_zip(path: Path) -> str:
+    """The member list, then every readable member rendered by its own type."""
+    import tempfile
+
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile as exc:
+        raise ToolError(f"cannot open {path.name} as a ZIP archive: {exc}") from exc
+    with archive, tempfile.TemporaryDirectory(prefix="agentrl-zip-") as tmp:
+        members = [m for m in archive.infolist() if not m.is_dir()]
+        parts = [f"ZIP archive {path.name} with {len(members)} file(s):"]
+        parts += [f"- {m.filename} ({m.file_size} bytes)" for m in members]
+        for member in members:
+            if member.file_size > ZIP_MAX_MEMBER_BYTES:
+                parts.append(f"\n## {member.filename}\n(not read: over {ZIP_MAX_MEMBER_BYTES} bytes)")
+                continue
+            target = Path(tmp) / f"{len(parts)}{Path(member.filename).suffix}"
+            target.write_bytes(archive.read(member))
+            try:
+                body = render_file(target)
+            except ToolError as exc:
+                body = f"(not readable: {str(exc).replace(target.name, member.filename)})"
+            parts.append(f"\n## {member.filename}\n{body}")
+    return "\n".join(parts)
+
+
+def _render_image(path: Path) -> str:
+    """What can be said about an image without seeing it: format, size, embedded text metadata."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            facts = f"{image.format} image, {image.width}x{image.height} pixels, mode {image.mode}"
+            described = [f"{k}: {v}" for k, v in image.info.items() if isinstance(v, str) and v.strip()]
+            exif = image.getexif()
+            described += [f"EXIF {tag}: {exif[tag]}" for tag in (270, 315, 37510) if exif.get(tag)]
+    except (UnidentifiedImageError, OSError) as exc:
+        raise ToolError(f"cannot open {path.name} as an image: {exc}") from exc
+    lines = [
+        f"{path.name}: {facts}.",
+        "This reader returns no pixels: you cannot see this image's content through read_file.",
+    ]
+    if described:
+        lines += ["Text stored in the file:", *described]
+    return "\n".join(lines)
+
+
+def _refuse_audio(path: Path) -> str:
+    raise ToolError(
+        f"{path.name} is an audio file; no speech-to-text is available here, so its content cannot be "
+        "read. Answer from the question alone, or say that the recording is needed."
+    )
+
+
 _RENDERERS = {
     ".csv": _render_csv,
     ".tsv": _render_csv,
@@ -153,7 +261,11 @@ _RENDERERS = {
     ".jsonl": _render_jsonl,
     ".pdf": _render_pdf,
     ".docx": _render_docx,
+    ".pptx": _render_pptx,
+    ".zip": _render_zip,
     **{suffix: _render_sqlite for suffix in SQLITE_SUFFIXES},
+    **{suffix: _render_image for suffix in IMAGE_SUFFIXES},
+    **{suffix: _refuse_audio for suffix in AUDIO_SUFFIXES},
 }
 
 
@@ -165,15 +277,25 @@ def render_file(path: str | Path) -> str:
     """
     path = Path(path)
     if not path.is_file():
-        raise ToolError(f"file {path.name!r} does not exist")
+        raise ToolError(
+            f"the attachment {path.name!r} is missing from this copy of the data; its content is not available"
+        )
+    if is_lfs_pointer(path):
+        raise ToolError(
+            f"the attachment {path.name!r} is a Git-LFS pointer, not the file (the data was cloned without "
+            "`git lfs pull`); its content is not available"
+        )
     suffix = path.suffix.lower()
     if suffix in TEXT_SUFFIXES:
         return path.read_text(encoding="utf-8", errors="replace")
     renderer = _RENDERERS.get(suffix)
     if renderer is None:
+        if _looks_like_text(path):
+            return path.read_text(encoding="utf-8", errors="replace")
         supported = ", ".join(sorted({*_RENDERERS, *TEXT_SUFFIXES}))
         raise ToolError(
-            f"cannot read {path.name}: files of type {suffix or '(none)'} are not supported ({supported})"
+            f"cannot read {path.name}: files of type {suffix or '(none)'} are not supported "
+            f"({supported}, and text of any type)"
         )
     return renderer(path)
 
@@ -223,7 +345,7 @@ def make_file_tools(files: Mapping[str, str | Path]) -> list[Tool]:
 
     @tool
     def read_file(file_name: str, page: int = 1) -> str:
-        """Read an attached file (CSV, XLSX, JSON, SQLite, PDF, DOCX or text) as text, one page at a time.
+        """Read an attached file (CSV, XLSX, JSON, SQLite, PDF, DOCX, PPTX, ZIP, image facts or text) as text, one page at a time.
 
         Args:
             file_name: the attachment's file name, as given in the task.

@@ -1,7 +1,9 @@
 """The ``python`` tool: a stateful interpreter inside a sandbox, plus the per-episode sandbox slot.
 
 ``SandboxSlot`` leases one sandbox from a process-wide pool on first use and gives it back at the end
-of the episode (the pool resets it), so many envs share a few warm sandboxes. The python tool runs each
+of the episode, so many envs share a few warm sandboxes; the pool makes the box clean for the next
+episode in the background (nothing of this episode - files, IPC objects, processes, memory - can be
+seen by the next; see ``agentrl.sandboxes.pool``). The python tool runs each
 call as a cell of :class:`agentrl.sandboxes.PythonSession`: variables persist across calls; stdout,
 stderr and tracebacks come back cut to ``max_output_chars`` with a note; a timeout, an out-of-memory
 kill or a crash becomes an ``Error: ...`` observation that says whether earlier variables survived.
@@ -102,7 +104,7 @@ class SandboxSlot:
         self._sandbox: Any = None
         self.sandbox_seconds = 0.0  # wall time spent in sandbox calls (cells, queries, put_file)
         self.lease_seconds = 0.0  # time spent leasing a sandbox (waiting, starting, health check)
-        self.release_seconds = 0.0  # time spent giving it back (the pool resets it)
+        self.release_seconds = 0.0  # time spent giving it back (the clean-up itself runs in the background)
 
     def get(self) -> Any:
         """The leased sandbox (leasing one now if needed).
@@ -125,7 +127,7 @@ class SandboxSlot:
         return self._sandbox is not None
 
     def release(self) -> None:
-        """Give the sandbox back (the pool resets it). Safe to call twice."""
+        """Give the sandbox back (the pool cleans or replaces it in the background). Safe to call twice."""
         stack, self._stack, self._sandbox = self._stack, None, None
         _LIVE_SLOTS.discard(self)
         if stack is not None:

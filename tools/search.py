@@ -11,6 +11,12 @@ Three retriever backends share one small protocol (``search(query, k) -> list[Hi
   ``{"queries": [...], "topk": k, "return_scores": true}``, answered by
   ``{"result": [[{"document": {"id": ..., "contents": "title\\ntext"}, "score": s}, ...]]}``.
   A server that is down or answers garbage becomes an observation, never a crash.
+
+Ranking rule (every local retriever, and the web shop's search): scores are rounded to
+:data:`SCORE_DECIMALS` decimals (float noise of another CPU's SIMD kernels must not reorder
+results), then higher score first; among equal scores the doc whose title *is* the query (case and
+spacing aside) comes first, then the smaller doc id. :func:`rank_top_k` is that rule, with stable
+sorts only, so a ranking is the same on every CPU.
 """
 
 from __future__ import annotations
@@ -52,6 +58,57 @@ class Retriever(Protocol):
     def get(self, doc_id: str) -> Doc | None: ...
 
 
+SCORE_DECIMALS = 4  # scores equal to 4 decimals are a tie (float32 noise is ~1e-6 relative)
+
+
+def _title_key(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+class TieBreak:
+    """What breaks ties of equal (rounded) score: title equal to the query first, then the smaller id."""
+
+    def __init__(self, ids: Sequence[str], titles: Sequence[str]):
+        if len(ids) != len(titles) or len(set(ids)) != len(ids):
+            raise ValueError("a ranking needs one title per doc and unique doc ids")
+        self.id_rank = np.empty(len(ids), dtype=np.int64)  # [N] position of each doc's id in id order
+        self.id_rank[sorted(range(len(ids)), key=ids.__getitem__)] = np.arange(len(ids))
+        self._by_title: dict[str, list[int]] = {}
+        for index, title in enumerate(titles):
+            self._by_title.setdefault(_title_key(title), []).append(index)
+
+    def titled(self, query: str) -> list[int]:
+        """Indices of the docs whose title is the query."""
+        return self._by_title.get(_title_key(query), [])
+
+
+def rank_top_k(
+    scores: np.ndarray, k: int, ties: TieBreak, query: str = "", *, decimals: int = SCORE_DECIMALS
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best docs by the module's ranking rule, and their rounded scores.
+
+    Args:
+        scores: [N] one score per doc (any float dtype).
+        k: how many to return (at most N).
+        ties: the corpus's tie-break keys.
+        query: the query text (a doc titled exactly so wins ties).
+
+    Returns:
+        ``(indices [k], rounded scores [k])``, best first.
+    """
+    rounded = np.round(np.asarray(scores, dtype=np.float64), decimals)  # [N]
+    k = min(k, len(rounded))
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    kth = np.partition(rounded, len(rounded) - k)[len(rounded) - k]  # a value: the same on every CPU
+    candidates = np.flatnonzero(rounded >= kth)  # [C >= k] every doc tied with the k-th is in
+    not_titled = np.ones(len(candidates), dtype=np.int8)  # [C] 0 for docs titled as the query
+    not_titled[np.isin(candidates, ties.titled(query))] = 0
+    order = np.lexsort((ties.id_rank[candidates], not_titled, -rounded[candidates]))  # last key first
+    top = candidates[order[:k]]  # [k]
+    return top, rounded[top]
+
+
 class _LocalCorpus:
     """Docs held in memory, looked up by id."""
 
@@ -60,6 +117,7 @@ class _LocalCorpus:
         if not self.docs:
             raise ValueError("a retriever needs at least one document")
         self._by_id = {doc.doc_id: i for i, doc in enumerate(self.docs)}
+        self._ties = TieBreak([d.doc_id for d in self.docs], [d.title for d in self.docs])
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -68,9 +126,13 @@ class _LocalCorpus:
         index = self._by_id.get(doc_id)
         return None if index is None else self.docs[index]
 
-    def _hits(self, indices: Iterable[int], scores: Iterable[float]) -> list[Hit]:
+    def _ranked(self, scores: np.ndarray, query: str, k: int, *, positive: bool = False) -> list[Hit]:
+        """Hits of the ``k`` best docs for ``scores`` [N] (only scores > 0 when ``positive``)."""
+        top, top_scores = rank_top_k(scores, k, self._ties, query)
         hits = []
-        for index, score in zip(indices, scores, strict=True):
+        for index, score in zip(top, top_scores, strict=True):
+            if positive and score <= 0:
+                break
             doc = self.docs[int(index)]
             hits.append(Hit(doc.doc_id, doc.title, doc.text, float(score)))
         return hits
@@ -95,10 +157,8 @@ class BM25Retriever(_LocalCorpus):
         query_ids = self._tokenizer.tokenize(
             [query], update_vocab=False, show_progress=False, return_as="ids"
         )
-        k = min(k, len(self.docs))
-        indices, scores = self._bm25.retrieve(query_ids, k=k, show_progress=False)  # [1, k] each
-        keep = scores[0] > 0  # unknown words map to the empty token and score 0
-        return self._hits(indices[0][keep], scores[0][keep])
+        scores = self._bm25.get_scores(query_ids[0]) if query_ids[0] else np.zeros(len(self.docs))  # [N]
+        return self._ranked(scores, query, k, positive=True)  # unknown words score 0: dropped
 
 
 def minilm_path() -> Path:
@@ -145,11 +205,8 @@ class DenseRetriever(_LocalCorpus):
 
     def search(self, query: str, k: int) -> list[Hit]:
         query_vector = self._encode([query])[0]  # [384]
-        scores = self._matrix @ query_vector  # [N]
-        k = min(k, len(self.docs))
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top])]
-        return self._hits(top, scores[top])
+        scores = self._matrix @ query_vector  # [N] cosine similarities
+        return self._ranked(scores, query, k)
 
 
 class RemoteRetriever:

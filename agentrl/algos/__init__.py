@@ -50,9 +50,14 @@ Losses (``agentrl.algos.losses``; each returns ``(scalar loss, metrics: dict[str
       scale, c_norm = clip_bias_scale(s_c, params)      # 1 / max(1, ||C||_2), graph retained
       loss.backward(); scale_grads_(params, scale)       # never enlarges the gradient
 
+  With gradient accumulation, ``C`` is summed over every micro-batch of the optimizer step first
+  and ``clip_bias_scale_from_norm(||C||)`` gives the one scale (what ``agentrl.train`` does, with
+  the loss's own ratio and clip options).
+
 - ``value_loss(values, old_values, returns, mask, *, clip=0.5, agg="token-mean")``.
 - ``foldact(logp, old_logp, adv, mask, token_kind, full_ctx_logp, *, w_summary=0.3, w_action=0.7,
-  w_consistency=0.1, clip=0.2, dual_clip=None, ratio_max=10.0, consistency_on="all")``.
+  w_consistency=0.1, clip=0.2, dual_clip=None, ratio_max=10.0, summary_kinds=(Source.SUMMARY,),
+  action_kinds=(Source.MODEL,), consistency_on="all")``.
 - ``agg_loss(values[B,L], mask[B,L], agg, *, seq_id=None, norm_constant=None) -> scalar``: use it
   for the KL and entropy terms so they aggregate like the policy loss.
 
@@ -78,31 +83,31 @@ Importing this package registers every entry in ``agentrl.registry``:
   value (:class:`spec.Loss`);
 - ``KL_ESTIMATORS``: k1, k2, k3, low_var_kl (= k3): ``fn(logp, ref_logp, *, mask, clamp) -> [B,L]``.
 
-Entries are callable exactly like the raw functions (with their presets) and have ``from_batch``::
+Entries are callable exactly like the raw functions (with their presets), declare what they read
+(``Estimator.needs``, ``Loss.needs(options)``) and the options they take (``option_defaults()``:
+function defaults, then presets; ``resolve(explicit)``: an explicit value always wins), and have
+``from_batch``, which hands the raw function exactly the declared needs::
 
-    adv, returns = ADVANTAGES.get(cfg.advantage).from_batch(batch, **cfg.advantage_options)
-    loss, metrics = LOSSES.get(cfg.loss).from_batch(batch, adv, **cfg.loss_options)
+    adv, returns = ADVANTAGES.get(name).from_batch(batch, **options)
+    loss, metrics = LOSSES.get(name).from_batch(batch, adv, **options)
     vloss, vmetrics = LOSSES.get("value").from_batch(batch, returns, clip=0.5)
-    kl_tok = KL_ESTIMATORS.get(cfg.kl)(batch["logp"], batch["ref_logp"], mask=batch["loss_mask"])
+    kl_tok = KL_ESTIMATORS.get(kind)(batch["logp"], batch["ref_logp"], mask=batch["loss_mask"])
 
 ``Estimator.from_batch`` returns token advantages ``[B,L]`` (0 off ``loss_mask``) and GAE's returns
 (else None), broadcasting rollout-level ``[R]`` and turn-level ``[B,K]`` outputs itself, under
-``torch.no_grad``. Canonical batch fields (only those an entry uses must be present):
+``torch.no_grad``. ``spec.pairing_problem(estimator, loss, options)`` says why a pair cannot train
+(a sequence-level ratio needs a rollout-level advantage; auxiliary losses are not policy losses).
+Canonical field names (each has exactly one producer in ``agentrl.train.fields``):
 
 - per token ``[B,L]``: ``loss_mask``, ``turn_id`` (-1 off assistant turns), ``logp`` (with grad),
-  ``old_logp``, ``ref_logp``, ``entropy`` (rollout policy), ``values``, ``old_values``,
-  ``token_rewards`` (GAE), ``process_reward`` (FoldGRPO Q), ``token_kind`` and ``full_ctx_logp``
-  (FoldAct);
-- per row ``[B]``: ``row_rollout`` (default ``arange(B)``), ``seq_id`` (aggregation unit, optional);
+  ``old_logp``, ``entropy`` (rollout policy), ``values``, ``old_values``, ``token_rewards`` (GAE),
+  ``process_reward`` (FoldGRPO Q), ``token_kind`` (``agentrl.trajectory.Source`` codes: the one
+  definition of token kinds; FoldAct's summaries are ``SUMMARY``, its actions ``MODEL``) and
+  ``full_ctx_logp`` (FoldAct; NaN = not scored);
+- per row ``[B]``: ``row_rollout``, ``seq_id`` (aggregation unit with ``agg_unit="rollout"``);
 - per rollout ``[R]``: ``outcome``, ``group_id``, ``finished`` (SUPO);
-- per turn ``[B,K]``: ``turn_mask`` (default: turns present in ``turn_id``), ``gt_logprob``
-  ``[B,K+1]`` (IGPO; option ``info_gain_kind``), ``step_reward`` and ``anchor_id`` (GiGPO).
-
-``agentrl.trajectory.TokenBatch`` names are accepted for ``old_logp`` (``old_logprobs``),
-``row_rollout`` (``row_episode``) and ``token_kind`` (``source``), so the trainer can pass
-``{**vars(token_batch), "logp": logp, "outcome": outcome, "group_id": group_id, ...}``. The
-registered ``foldact`` entry reads ``Source`` codes (MODEL = 1 action, SUMMARY = 3 summary); the
-raw function defaults to FoldAct's own kinds (actions 0-2, summaries 4-5).
+- per turn ``[B,K]``: ``gt_logprob`` ``[B,K+1]`` (IGPO; option ``info_gain_kind``), ``step_reward``
+  and ``anchor_id`` (GiGPO).
 """
 
 from __future__ import annotations
@@ -126,6 +131,7 @@ from agentrl.algos.losses import (
     agg_loss,
     clip_bias_norm,
     clip_bias_scale,
+    clip_bias_scale_from_norm,
     foldact,
     ppo_clip,
     scale_grads_,
@@ -147,6 +153,7 @@ __all__ = [
     "agg_loss",
     "clip_bias_norm",
     "clip_bias_scale",
+    "clip_bias_scale_from_norm",
     "empg",
     "empg_grpo",
     "foldact",

@@ -304,8 +304,9 @@ def gigpo(
     group with the same ``anchor_id`` (the caller hashes the observation) form a step group and
     ``A^S = (R_t - mean) / (std + eps)`` inside it; ``A = A^E + omega * A^S``.
 
-    A step group of one: ``singleton="zero"`` gives ``A^S = 0``; ``"raw"`` reproduces verl-agent's
-    mean 0 / std 1 convention, i.e. ``A^S = R_t``.
+    A step group of one: ``singleton="zero"`` (the default) gives ``A^S = 0``, which is what
+    verl-agent does (a one-member step group gets step advantage 0); ``"raw"`` is an alternative
+    that keeps the raw return, ``A^S = R_t`` (mean 0 / std 1 for a group of one).
 
     Args:
         outcome: ``[N]`` episode reward. group_id: ``[N]`` prompt group.

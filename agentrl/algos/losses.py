@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from agentrl.algos._ops import check_turn_ids, group_index, turn_ids_from_mask, turn_reduce
+from agentrl.trajectory import Source
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "constant")
 RATIO_MODES = ("token", "turn", "sequence")
@@ -258,7 +259,13 @@ def clip_bias_scale(
     grads = torch.autograd.grad(surrogate, params, retain_graph=True, allow_unused=True)
     norms = [g.detach().norm(norm_type) for g in grads if g is not None]
     total = float(torch.stack(norms).norm(norm_type)) if norms else 0.0
-    return 1.0 / max(floor, total), total
+    return clip_bias_scale_from_norm(total, floor=floor)
+
+
+def clip_bias_scale_from_norm(norm: float, *, floor: float = 1.0) -> tuple[float, float]:
+    """``(1 / max(floor, norm), norm)``: the S-PPO scale once ``||C||`` is known (e.g. summed over a
+    whole minibatch of micro-batches). [U]"""
+    return 1.0 / max(floor, norm), norm
 
 
 @torch.no_grad()
@@ -305,10 +312,11 @@ def value_loss(
     return loss, dict(zip(("vf_loss", "vf_clipfrac", "value_mean", "return_mean"), stats, strict=True))
 
 
-# FoldAct token kinds (its code): think 0, search 1, answer 2, observation 3, info-summary 4,
-# think-summary 5.
-FOLDACT_SUMMARY_KINDS = (4, 5)
-FOLDACT_ACTION_KINDS = (0, 1, 2)
+# Token kinds are agentrl.trajectory.Source codes everywhere (the one place they are defined).
+# FoldAct's own code numbers think 0, search 1, answer 2, observation 3, info-summary 4,
+# think-summary 5; its summaries are Source.SUMMARY here and its actions Source.MODEL.
+FOLDACT_SUMMARY_KINDS = (int(Source.SUMMARY),)
+FOLDACT_ACTION_KINDS = (int(Source.MODEL),)
 
 
 def foldact(
@@ -337,12 +345,15 @@ def foldact(
     estimate of KL(folded || full context); gradient flows only through ``logp``. Defaults
     0.3 / 0.7 / 0.1 are the code's (README: 1 / 1 / 1). Which tokens ``L_cons`` averages over is
     not confirmed [U]: ``consistency_on="all"`` (every masked-in token) or ``"summary"``.
+    Positions where ``full_ctx_logp`` is NaN were not scored under the full context (turns left
+    out by selective segment training) and are left out of ``L_cons``.
+    Kinds are :class:`agentrl.trajectory.Source` codes (summary ``SUMMARY``, action ``MODEL``).
 
     Args:
         logp, old_logp, adv, mask: ``[B, L]`` as :func:`ppo_clip` (``old_logp`` recomputed per
             turn under that turn's folded context).
-        token_kind: ``[B, L]`` int kind per token.
-        full_ctx_logp: ``[B, L]`` log-prob under the full unfolded context (no grad).
+        token_kind: ``[B, L]`` int kind per token (``Source`` codes).
+        full_ctx_logp: ``[B, L]`` log-prob under the full unfolded context (no grad; NaN = not scored).
 
     Returns:
         ``(loss, metrics)`` with ``loss_summary``, ``loss_action``, ``loss_consistency``,
@@ -360,13 +371,17 @@ def foldact(
         cons_mask = is_summary
     else:
         raise ValueError(f"consistency_on must be 'all' or 'summary', got {consistency_on!r}")
-    gap = torch.where(cons_mask, logp - full_ctx_logp.detach(), torch.zeros_like(logp))
+    full = full_ctx_logp.detach()
+    cons_mask = cons_mask & ~torch.isnan(full)
+    gap = torch.where(cons_mask, logp - torch.nan_to_num(full), torch.zeros_like(logp))
     loss_cons = agg_loss(gap, cons_mask, "token-mean")
     loss = w_summary * loss_sum + w_action * loss_act + w_consistency * loss_cons
     metrics = {f"action_{k}": v for k, v in act_metrics.items()}
     parts = torch.stack(
         [loss_sum.detach(), loss_act.detach(), loss_cons.detach(), is_summary.sum(), is_action.sum()]
     ).tolist()
-    names = ("loss_summary", "loss_action", "loss_consistency", "summary_tokens", "action_tokens")
+    parts.append(float(cons_mask.sum()))
+    names = ("loss_summary", "loss_action", "loss_consistency", "summary_tokens", "action_tokens",
+             "consistency_tokens")  # fmt: skip
     metrics.update(zip(names, parts, strict=True))
     return loss, metrics

@@ -1,13 +1,17 @@
-"""Registry entries: one uniform way for the trainer to call any estimator or loss by name.
+"""Registry entries: one declared contract between the objectives and whatever feeds them.
 
-Each registered object is callable exactly like the raw function (preset options applied first),
-and also has a ``from_batch`` method that takes the trainer's token batch (a mapping of canonical
-field names, listed in :mod:`agentrl.algos`) plus config options, so the trainer never branches on
-an algorithm's name.
+Every registered estimator and loss declares the tensors it reads by one canonical name (``needs``;
+the producers of those names are registered in :mod:`agentrl.train.fields`, one per name) and the
+options it takes (``option_defaults``: the raw functions' keyword defaults, then the entry's
+presets). :meth:`Estimator.from_batch` / :meth:`Loss.from_batch` hand the raw function exactly the
+declared needs and nothing else, so a declaration that lies fails at once.
+
+Each entry is also callable exactly like the raw function (presets applied first).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,201 +26,256 @@ from agentrl.algos import losses as loss_lib
 Batch = Mapping[str, Tensor]
 
 
-# Canonical field -> the name ``agentrl.trajectory.TokenBatch`` uses for it, so a batch can be
-# ``{**vars(token_batch), "logp": ..., "outcome": ..., "group_id": ...}``.
-ALIASES = {"old_logp": "old_logprobs", "row_rollout": "row_episode", "token_kind": "source"}
-
-
-def _get(batch: Batch, name: str) -> Tensor | None:
-    if name in batch and batch[name] is not None:
-        return batch[name]
-    alias = ALIASES.get(name)
-    return batch.get(alias) if alias is not None else None
-
-
-def _field(batch: Batch, name: str, who: str) -> Tensor:
-    value = _get(batch, name)
-    if value is None:
+def gather(batch: Batch, names: tuple[str, ...], who: str) -> dict[str, Tensor]:
+    """``{name: batch[name]}`` for exactly ``names``; a missing one raises naming every missing field."""
+    missing = [n for n in names if n not in batch or batch[n] is None]
+    if missing:
         have = ", ".join(sorted(batch)) or "(empty)"  # keys only: a lazy batch builds nothing here
-        alias = f" (or '{ALIASES[name]}')" if name in ALIASES else ""
-        raise KeyError(f"{who} needs batch field '{name}'{alias}; the batch has: {have}")
-    return value
+        raise KeyError(f"{who} needs batch field(s) {', '.join(map(repr, missing))}; the batch has: {have}")
+    return {n: batch[n] for n in names}
 
 
-def _row_rollout(batch: Batch) -> Tensor:
-    """``[B]`` rollout index of each row; identity when every rollout is one row."""
-    rows = _get(batch, "row_rollout")
-    if rows is not None:
-        return rows
-    return torch.arange(batch["loss_mask"].shape[0], device=batch["loss_mask"].device)
+def keyword_defaults(*fns: Callable[..., Any]) -> dict[str, Any]:
+    """Keyword-only parameters with defaults of ``fns`` (first one wins on a clash)."""
+    out: dict[str, Any] = {}
+    for fn in fns:
+        for p in inspect.signature(fn).parameters.values():
+            if p.kind is p.KEYWORD_ONLY and p.default is not p.empty:
+                out.setdefault(p.name, p.default)
+    return out
 
 
-def _per_row(batch: Batch, name: str, who: str) -> Tensor:
-    """A per-rollout field ``[R]`` indexed to rows ``[B]``."""
-    return _field(batch, name, who)[_row_rollout(batch)]
-
-
-def _turn_mask(batch: Batch, num_turns: int) -> Tensor:
-    if "turn_mask" in batch:
-        return batch["turn_mask"].bool()
-    _, mask = adv_lib.turn_mean(
-        batch["loss_mask"].to(torch.float32), batch["turn_id"], batch["loss_mask"], num_turns
-    )
+def _turn_mask(b: Batch, num_turns: int) -> Tensor:
+    _, mask = adv_lib.turn_mean(b["loss_mask"].to(torch.float32), b["turn_id"], b["loss_mask"], num_turns)
     return mask
+
+
+def _per_row(b: Batch, name: str) -> Tensor:
+    """A per-rollout field ``[R]`` indexed to rows ``[B]``."""
+    return b[name][b["row_rollout"]]
 
 
 @dataclass(frozen=True)
 class Estimator:
-    """An advantage estimator with its preset options and its batch adapter.
+    """An advantage estimator: its needs, options, presets and batch adapter.
 
     ``level`` says what the raw function returns: ``rollout`` ``[R]``, ``turn`` ``[B, K]`` or
     ``token`` ``[B, L]``; :meth:`from_batch` always returns token-level advantages.
+    ``keep_rollouts`` (optional) gives the ``[R]`` bool rollouts whose rows may train under the
+    given options (SUPO's overlong masking); the trainer removes the other rows from the loss mask,
+    so they contribute exactly zero to the loss, its denominators, KL and entropy.
     """
 
     name: str
     fn: Callable[..., Any]
     level: str
-    call: Callable[[Batch, dict[str, Any]], Any]  # (batch, options) -> raw output
-    defaults: Mapping[str, Any] = field(default_factory=dict)
+    call: Callable[[dict[str, Tensor], dict[str, Any]], Any]  # (needs, options) -> raw output
+    needs: tuple[str, ...]
+    presets: Mapping[str, Any] = field(default_factory=dict)
+    option_fns: tuple[Callable[..., Any], ...] = ()  # whose keyword options the adapter forwards
+    extra_options: Mapping[str, Any] = field(default_factory=dict)  # options the adapter reads itself
+    keep_rollouts: Callable[[dict[str, Tensor], Mapping[str, Any]], Tensor | None] | None = None
 
     def __call__(self, *args: Any, **options: Any) -> Any:
-        return self.fn(*args, **{**self.defaults, **options})
+        return self.fn(*args, **{**self.presets, **options})
+
+    def option_defaults(self) -> dict[str, Any]:
+        """Every option this estimator takes with its resolved default (function default, then preset)."""
+        return {**keyword_defaults(*(self.option_fns or (self.fn,))), **self.extra_options, **self.presets}
+
+    def resolve(self, explicit: Mapping[str, Any]) -> dict[str, Any]:
+        """Defaults, then presets, then ``explicit`` (an explicit value always wins)."""
+        return {**self.option_defaults(), **explicit}
+
+    def row_keep(self, batch: Batch, options: Mapping[str, Any]) -> Tensor | None:
+        """``[R]`` bool rollouts allowed to train (None: all)."""
+        if self.keep_rollouts is None:
+            return None
+        return self.keep_rollouts(gather(batch, self.needs, f"advantage '{self.name}'"), options)
 
     @torch.no_grad()
     def from_batch(self, batch: Batch, **options: Any) -> tuple[Tensor, Tensor | None]:
-        """``(advantages [B, L], returns [B, L] or None)``, zero off ``batch["loss_mask"]``."""
-        out = self.call(batch, {**self.defaults, **options})
+        """``(advantages [B, L], returns [B, L] or None)``, zero off ``loss_mask``."""
+        b = gather(batch, self.needs, f"advantage '{self.name}'")
+        out = self.call(b, {**self.presets, **options})
         returns = None
         if isinstance(out, tuple):
             out, returns = out
-        mask = batch["loss_mask"].bool()
+        mask = b["loss_mask"].bool()
         if self.level == "rollout":
-            out = out[_row_rollout(batch)][:, None].expand(mask.shape)
+            out = out[b["row_rollout"]][:, None].expand(mask.shape)
         elif self.level == "turn":
-            out = adv_lib.to_tokens(out, torch.where(mask, batch["turn_id"], -1))
+            out = adv_lib.to_tokens(out, torch.where(mask, b["turn_id"], -1))
         return torch.where(mask, out, torch.zeros_like(out)), returns
+
+
+def _always(_: Mapping[str, Any]) -> bool:
+    return True
 
 
 @dataclass(frozen=True)
 class Loss:
-    """A loss with preset options and its batch adapter.
+    """A loss: its needs, options, presets and batch adapter.
 
-    The raw function's positional arguments are ``(head[0], head[1], target, head[2])``: for policy
-    losses ``(logp, old_logp, advantages, loss_mask)``, for the value loss
-    ``(values, old_values, returns, loss_mask)``. ``inputs`` are extra batch fields passed as
-    keywords when present; ``required`` ones must be present.
+    The raw function's positional arguments are ``(needs[0], needs[1], target, needs[2])``: for
+    policy losses ``(logp, old_logp, advantages, loss_mask)``, for the value loss
+    ``(values, old_values, returns, loss_mask)``. ``keywords`` are tensor keyword arguments, each
+    needed when its predicate on the resolved options holds (``turn_id`` only for ``ratio="turn"``).
+    ``agg_unit`` (when the entry takes it) is what a "sequence" is in the seq-mean and constant
+    aggregations: ``row`` or ``rollout`` (all rows of a rollout, via the ``seq_id`` tensor).
+    ``role``: ``policy`` (selectable as ``algo.loss``) or ``auxiliary`` (used by the trainer).
     """
 
     name: str
     fn: Callable[..., tuple[Tensor, dict[str, float]]]
-    inputs: tuple[str, ...] = ()
-    defaults: Mapping[str, Any] = field(default_factory=dict)
+    presets: Mapping[str, Any] = field(default_factory=dict)
     head: tuple[str, str, str] = ("logp", "old_logp", "loss_mask")
-    required: tuple[str, ...] = ()
+    keywords: Mapping[str, Callable[[Mapping[str, Any]], bool]] = field(default_factory=dict)
+    extra_options: Mapping[str, Any] = field(default_factory=dict)
+    role: str = "policy"
 
     def __call__(self, *args: Any, **options: Any) -> tuple[Tensor, dict[str, float]]:
-        return self.fn(*args, **{**self.defaults, **options})
+        return self.fn(*args, **{**self.presets, **options})
+
+    def option_defaults(self) -> dict[str, Any]:
+        """Every option with its resolved default (function default, then preset); tensors excluded."""
+        defaults = {k: v for k, v in keyword_defaults(self.fn).items() if k not in self.keywords}
+        return {**defaults, **self.extra_options, **self.presets}
+
+    def resolve(self, explicit: Mapping[str, Any]) -> dict[str, Any]:
+        """Defaults, then presets, then ``explicit`` (an explicit value always wins)."""
+        return {**self.option_defaults(), **explicit}
+
+    def needs(self, options: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+        """The tensors this loss reads under ``options`` (resolved; presets apply when omitted)."""
+        opts = self.resolve(options or {})
+        return self.head + tuple(k for k, when in self.keywords.items() if when(opts))
 
     def from_batch(self, batch: Batch, target: Tensor, **options: Any) -> tuple[Tensor, dict[str, float]]:
-        """``fn(batch[head[0]], batch[head[1]], target, batch[head[2]], **extras, **options)``."""
-        who = f"loss '{self.name}'"
-        first, second, mask = (_field(batch, name, who) for name in self.head)
-        extras = {k: _get(batch, k) for k in self.inputs if _get(batch, k) is not None}
-        extras.update({k: _field(batch, k, who) for k in self.required})
-        return self.fn(first, second, target, mask, **extras, **{**self.defaults, **options})
+        """``fn(b[head[0]], b[head[1]], target, b[head[2]], **keyword needs, **options)``."""
+        opts = {**self.presets, **options}
+        b = gather(batch, self.needs(opts), f"loss '{self.name}'")
+        first, second, mask = (b.pop(name) for name in self.head)
+        opts.pop("agg_unit", None)  # chose whether seq_id is needed; not a function argument
+        return self.fn(first, second, target, mask, **b, **opts)
 
 
+def pairing_problem(estimator: Estimator, loss: Loss, loss_options: Mapping[str, Any]) -> str | None:
+    """Why ``estimator`` cannot train with ``loss`` under these (resolved) options, or None."""
+    if loss.role != "policy":
+        return f"'{loss.name}' is not a policy loss (the trainer uses it itself)"
+    if loss_options.get("ratio") == "sequence" and estimator.level != "rollout":
+        return (
+            f"a sequence-level ratio (GSPO) weights a whole row by one advantage, but '{estimator.name}' "
+            f"gives {estimator.level}-level advantages that vary within a row"
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- estimators
 def _grpo(b: Batch, o: dict[str, Any]) -> Tensor:
-    return adv_lib.grpo(_field(b, "outcome", "grpo"), _field(b, "group_id", "grpo"), **o)
+    return adv_lib.grpo(b["outcome"], b["group_id"], **o)
 
 
 def _gae(b: Batch, o: dict[str, Any]) -> tuple[Tensor, Tensor]:
-    return adv_lib.gae(_field(b, "token_rewards", "gae"), _field(b, "values", "gae"), b["loss_mask"], **o)
+    return adv_lib.gae(b["token_rewards"], b["values"], b["loss_mask"], **o)
 
 
 def _igpo(b: Batch, o: dict[str, Any]) -> Tensor:
     o = dict(o)
     kind = o.pop("info_gain_kind", "log_prob_diff")
-    gt = _field(b, "gt_logprob", "igpo")  # [B, K + 1]
+    gt = b["gt_logprob"]  # [B, K + 1]
     turn_mask = _turn_mask(b, gt.shape[1] - 1)
     gain = adv_lib.info_gain(gt, turn_mask, kind=kind)
-    return adv_lib.igpo(_per_row(b, "outcome", "igpo"), gain, turn_mask, _per_row(b, "group_id", "igpo"), **o)
+    return adv_lib.igpo(_per_row(b, "outcome"), gain, turn_mask, _per_row(b, "group_id"), **o)
 
 
 def _empg(b: Batch, o: dict[str, Any]) -> Tensor:
     return adv_lib.empg_grpo(
-        _per_row(b, "outcome", "empg"),
-        _per_row(b, "group_id", "empg"),
-        _field(b, "entropy", "empg"),
-        _field(b, "turn_id", "empg"),
-        b["loss_mask"],
-        **o,
+        _per_row(b, "outcome"), _per_row(b, "group_id"), b["entropy"], b["turn_id"], b["loss_mask"], **o
     )
 
 
 def _gigpo(b: Batch, o: dict[str, Any]) -> Tensor:
-    step_reward = _field(b, "step_reward", "gigpo")
+    step_reward = b["step_reward"]  # [B, K]
     return adv_lib.gigpo(
-        _per_row(b, "outcome", "gigpo"),
-        _per_row(b, "group_id", "gigpo"),
-        step_reward,
-        _field(b, "anchor_id", "gigpo"),
-        _turn_mask(b, step_reward.shape[1]),
-        **o,
-    )
+        _per_row(b, "outcome"), _per_row(b, "group_id"), step_reward, b["anchor_id"],
+        _turn_mask(b, step_reward.shape[1]), **o,
+    )  # fmt: skip
 
 
 def _foldgrpo(b: Batch, o: dict[str, Any]) -> Tensor:
-    return adv_lib.foldgrpo(
-        _field(b, "outcome", "foldgrpo"),
-        _row_rollout(b),
-        _field(b, "process_reward", "foldgrpo"),
-        _field(b, "group_id", "foldgrpo"),
-        **o,
-    )
+    return adv_lib.foldgrpo(b["outcome"], b["row_rollout"], b["process_reward"], b["group_id"], **o)
 
 
 def _supo(b: Batch, o: dict[str, Any]) -> Tensor:
-    return adv_lib.supo(
-        _field(b, "outcome", "supo"), _field(b, "group_id", "supo"), _field(b, "finished", "supo"), **o
-    )
+    return adv_lib.supo(b["outcome"], b["group_id"], b["finished"], **o)
 
 
+def _supo_keep(b: Batch, o: Mapping[str, Any]) -> Tensor | None:
+    return b["finished"].bool() if o.get("mask_unfinished", True) else None
+
+
+_ROLLOUT = ("outcome", "group_id", "row_rollout", "loss_mask")
+_TURN = ("turn_id", "loss_mask", "row_rollout")
 ESTIMATORS: tuple[Estimator, ...] = (
-    Estimator("grpo", adv_lib.grpo, "rollout", _grpo),
-    Estimator("drgrpo", adv_lib.grpo, "rollout", _grpo, {"std_normalize": False}),
-    Estimator("gae", adv_lib.gae, "token", _gae),
-    Estimator("igpo", adv_lib.igpo, "turn", _igpo),
-    Estimator("empg", adv_lib.empg, "turn", _empg),
-    Estimator("gigpo", adv_lib.gigpo, "turn", _gigpo),
-    Estimator("foldgrpo", adv_lib.foldgrpo, "token", _foldgrpo),
-    Estimator("supo", adv_lib.supo, "rollout", _supo),
+    Estimator("grpo", adv_lib.grpo, "rollout", _grpo, _ROLLOUT),
+    Estimator("drgrpo", adv_lib.grpo, "rollout", _grpo, _ROLLOUT, {"std_normalize": False}),
+    Estimator("gae", adv_lib.gae, "token", _gae, ("token_rewards", "values", "loss_mask")),
+    Estimator(
+        "igpo",
+        adv_lib.igpo,
+        "turn",
+        _igpo,
+        ("outcome", "group_id", "gt_logprob", *_TURN),
+        extra_options={"info_gain_kind": "log_prob_diff"},
+    ),  # fmt: skip
+    Estimator(
+        "empg",
+        adv_lib.empg,
+        "turn",
+        _empg,
+        ("outcome", "group_id", "entropy", *_TURN),
+        option_fns=(adv_lib.empg_grpo, adv_lib.empg),
+    ),  # fmt: skip
+    Estimator(
+        "gigpo", adv_lib.gigpo, "turn", _gigpo, ("outcome", "group_id", "step_reward", "anchor_id", *_TURN)
+    ),
+    Estimator("foldgrpo", adv_lib.foldgrpo, "token", _foldgrpo, ("process_reward", *_ROLLOUT)),
+    Estimator("supo", adv_lib.supo, "rollout", _supo, ("finished", *_ROLLOUT), keep_rollouts=_supo_keep),
 )
 
-_PPO_INPUTS = ("turn_id", "seq_id")
+
+# --------------------------------------------------------------------------- losses
+def _turn_ratio(o: Mapping[str, Any]) -> bool:
+    return o.get("ratio") == "turn"
+
+
+def _per_rollout(o: Mapping[str, Any]) -> bool:
+    return o.get("agg_unit") == "rollout"
+
+
+_PPO = {"turn_id": _turn_ratio, "seq_id": _per_rollout}
+_UNIT = {"agg_unit": "row"}
+
+
+def _ppo(
+    name: str, presets: Mapping[str, Any] | None = None, fn: Callable[..., Any] = loss_lib.ppo_clip
+) -> Loss:
+    return Loss(name, fn, dict(presets or {}), keywords=_PPO, extra_options=_UNIT)
+
+
 LOSS_ENTRIES: tuple[Loss, ...] = (
-    Loss("ppo_clip", loss_lib.ppo_clip, _PPO_INPUTS),
-    Loss("grpo", loss_lib.ppo_clip, _PPO_INPUTS, {"agg": "seq-mean-token-mean"}),
-    Loss("drgrpo", loss_lib.ppo_clip, _PPO_INPUTS, {"agg": "constant"}),
-    Loss("dapo", loss_lib.ppo_clip, _PPO_INPUTS, {"clip_high": 0.28, "agg": "token-mean"}),
-    Loss(
-        "gspo",
-        loss_lib.ppo_clip,
-        _PPO_INPUTS,
-        {"ratio": "sequence", "clip_low": 3e-4, "clip_high": 4e-4, "agg": "seq-mean-token-mean"},
-    ),
-    Loss("turn_ppo", loss_lib.ppo_clip, _PPO_INPUTS, {"ratio": "turn"}),
-    Loss("foldgrpo", loss_lib.ppo_clip, _PPO_INPUTS, {"clip_high": 0.28, "agg": "token-mean"}),
-    # The entry reads agentrl.trajectory.Source codes (MODEL = 1 action, SUMMARY = 3 summary) so it
-    # works on TokenBatch.source; the raw function defaults to FoldAct's own token kinds.
-    Loss(
-        "foldact",
-        loss_lib.foldact,
-        defaults={"summary_kinds": (3,), "action_kinds": (1,)},
-        required=("token_kind", "full_ctx_logp"),
-    ),
-    Loss("clip_bias_norm", loss_lib.clip_bias_norm, _PPO_INPUTS),
-    Loss("value", loss_lib.value_loss, head=("values", "old_values", "loss_mask")),
+    _ppo("ppo_clip"),
+    _ppo("grpo", {"agg": "seq-mean-token-mean"}),
+    _ppo("drgrpo", {"agg": "constant"}),
+    _ppo("dapo", {"clip_high": 0.28, "agg": "token-mean"}),
+    _ppo("gspo", {"ratio": "sequence", "clip_low": 3e-4, "clip_high": 4e-4, "agg": "seq-mean-token-mean"}),
+    _ppo("turn_ppo", {"ratio": "turn"}),
+    _ppo("foldgrpo", {"clip_high": 0.28, "agg": "token-mean"}),
+    Loss("foldact", loss_lib.foldact, keywords={"token_kind": _always, "full_ctx_logp": _always}),
+    Loss("clip_bias_norm", loss_lib.clip_bias_norm, keywords=_PPO, extra_options=_UNIT, role="auxiliary"),
+    Loss("value", loss_lib.value_loss, head=("values", "old_values", "loss_mask"), role="auxiliary"),
 )
 
 

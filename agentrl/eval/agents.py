@@ -4,7 +4,10 @@
 - ``random``: a seeded baseline that emits random but well-formed actions from the env's tool list.
 - ``smollm2-135m``, a Hugging Face id or a local folder, optionally ``+ADAPTER`` (a PEFT adapter
   folder or one of our checkpoints): a model run through the rollout engine (HF generator).
-- ``openai:URL[#model]``: any OpenAI-compatible server (``agentrl serve``, vLLM ...).
+- ``openai:URL[#model]``: any OpenAI-compatible *completions* server with token ids in and out
+  (``agentrl serve``, vLLM ...); needs the model's tokenizer here.
+- ``chat:URL[#model]``: any OpenAI-compatible *chat* server (hosted APIs, vLLM, llama.cpp, Ollama,
+  ``agentrl serve``) with native tool calls; no tokenizer (see :mod:`agentrl.eval.chat_agent`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ class ScriptedAgent(Protocol):
 class AgentSpec:
     """A parsed AGENT string."""
 
-    kind: str  # "oracle" | "random" | "model" | "openai"
+    kind: str  # "oracle" | "random" | "model" | "openai" | "chat"
     model: str = ""  # model name / HF id / path, or the served model name for openai
     adapter: str | None = None
     url: str = ""
@@ -43,27 +46,33 @@ class AgentSpec:
     def label(self) -> str:
         if self.kind in ("oracle", "random"):
             return self.kind
-        if self.kind == "openai":
-            return f"openai:{self.url}" + (f"#{self.model}" if self.model else "")
+        if self.kind in REMOTE_KINDS:
+            return f"{self.kind}:{self.url}" + (f"#{self.model}" if self.model else "")
         return self.model + (f"+{self.adapter}" if self.adapter else "")
 
 
+REMOTE_KINDS = ("openai", "chat")
+
+
 def parse_agent(spec: str) -> AgentSpec:
-    """Parse ``oracle`` | ``random`` | ``MODEL[+ADAPTER]`` | ``openai:URL[#model]``."""
+    """Parse ``oracle`` | ``random`` | ``MODEL[+ADAPTER]`` | ``openai:URL[#model]`` | ``chat:URL[#model]``."""
     spec = spec.strip()
     if not spec:
         raise ConfigError(
-            "agent", "the agent is empty", "use oracle, random, smollm2-135m or openai:URL[#model]"
+            "agent",
+            "the agent is empty",
+            "use oracle, random, smollm2-135m, openai:URL[#model] or chat:URL#model",
         )
     if spec in ("oracle", "random"):
         return AgentSpec(spec)
-    if spec.startswith("openai:"):
-        url, _, model = spec[len("openai:") :].partition("#")
+    kind, colon, rest = spec.partition(":")
+    if colon and kind in REMOTE_KINDS:
+        url, _, model = rest.partition("#")
         if not re.match(r"^https?://", url):
             raise ConfigError(
-                "agent", f"{spec!r} has no http(s) URL", "write openai:http://HOST:PORT/v1[#model]"
+                "agent", f"{spec!r} has no http(s) URL", f"write {kind}:http://HOST:PORT/v1[#model]"
             )
-        return AgentSpec("openai", model=model, url=url.rstrip("/"))
+        return AgentSpec(kind, model=model, url=url.rstrip("/"))
     model, _, adapter = spec.partition("+")
     return AgentSpec("model", model=model, adapter=adapter or None)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentrl.errors import ConfigError, GeneratorError
@@ -23,32 +23,131 @@ if TYPE_CHECKING:
     from agentrl.trajectory import Episode
 
 
+#: setting -> (CLI option, environment variable); the CLI beats the variable, which beats the default
+SETTING_SOURCES: dict[str, tuple[str, str]] = {
+    "max_new_tokens": ("--max-new-tokens", "AGENTRL_EVAL_MAX_NEW_TOKENS"),
+    "max_context_tokens": ("--max-context-tokens", "AGENTRL_EVAL_MAX_CONTEXT"),
+    "episode_timeout_s": ("--episode-timeout-s", "AGENTRL_EVAL_EPISODE_TIMEOUT_S"),
+    "request_timeout_s": ("--request-timeout-s", "AGENTRL_EVAL_REQUEST_TIMEOUT_S"),
+    "max_retries": ("--max-retries", "AGENTRL_EVAL_MAX_RETRIES"),
+    "api_key_env": ("--api-key-env", "AGENTRL_EVAL_API_KEY_ENV"),
+    "tool_protocol": ("--tool-protocol", "AGENTRL_EVAL_TOOL_PROTOCOL"),
+    "images": ("--images", "AGENTRL_EVAL_IMAGES"),
+}
+
+
+def _parse(kind: type, raw: Any) -> Any:
+    if kind is bool and isinstance(raw, str):
+        if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
+            raise ValueError(raw)
+        return raw.lower() in ("1", "true", "yes")
+    return kind(raw)
+
+
 @dataclass(frozen=True)
 class ModelEvalConfig:
-    """Generation budgets for model agents (env turn budgets come from the env registration, or a
-    suite option such as ``local-gaia:max_turns=6``)."""
+    """Budgets and remote-request settings of model agents (env turn budgets come from the env
+    registration, or a suite option such as ``local-gaia:max_turns=6``).
+
+    ``max_new_tokens`` is sent to chat servers only when set explicitly (hosted models then use
+    their own limit); ``sources`` says where each value came from (``default``, an environment
+    variable or a CLI option), and :meth:`describe` prints it.
+    """
 
     max_new_tokens: int = 192
     max_context_tokens: int = 4096
     episode_timeout_s: float = 900.0
+    request_timeout_s: float = 120.0
+    max_retries: int = 2
+    api_key_env: str = "OPENAI_API_KEY"
+    tool_protocol: str = "native"
+    images: bool = False  # chat agents: send image attachments as image content parts
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def resolve(cls, **cli: Any) -> ModelEvalConfig:
+        """CLI values (``None``: not given) over ``AGENTRL_EVAL_*`` variables over the defaults."""
+        unknown = set(cli) - set(SETTING_SOURCES)
+        if unknown:
+            raise ConfigError(
+                "eval", f"unknown setting(s) {sorted(unknown)}", f"use {sorted(SETTING_SOURCES)}"
+            )
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for name, (option, variable) in SETTING_SOURCES.items():
+            kind = type(getattr(cls, name))
+            if cli.get(name) is not None:
+                raw, sources[name] = cli[name], option
+            elif os.environ.get(variable):
+                raw, sources[name] = os.environ[variable], variable
+            else:
+                sources[name] = "default"
+                continue
+            try:
+                values[name] = _parse(kind, raw)
+            except ValueError as exc:
+                raise ConfigError(option, f"{raw!r} is not a valid {kind.__name__} ({variable})") from exc
+        config = cls(**values, sources=sources)
+        config.validate()
+        return config
 
     @classmethod
     def from_env(cls) -> ModelEvalConfig:
-        """Defaults, overridden by AGENTRL_EVAL_MAX_NEW_TOKENS / _MAX_CONTEXT / _EPISODE_TIMEOUT_S."""
-        env = os.environ
-        return cls(
-            max_new_tokens=int(env.get("AGENTRL_EVAL_MAX_NEW_TOKENS", cls.max_new_tokens)),
-            max_context_tokens=int(env.get("AGENTRL_EVAL_MAX_CONTEXT", cls.max_context_tokens)),
-            episode_timeout_s=float(env.get("AGENTRL_EVAL_EPISODE_TIMEOUT_S", cls.episode_timeout_s)),
+        """Defaults overridden by the ``AGENTRL_EVAL_*`` variables only."""
+        return cls.resolve()
+
+    def validate(self) -> None:
+        for name in ("episode_timeout_s", "request_timeout_s", "max_new_tokens", "max_context_tokens"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(self.setting(name), f"must be > 0, got {getattr(self, name)}")
+        if self.max_retries < 0:
+            raise ConfigError(self.setting("max_retries"), f"must be >= 0, got {self.max_retries}")
+        if self.tool_protocol not in ("native", "text"):
+            raise ConfigError(self.setting("tool_protocol"), f"{self.tool_protocol!r}", "use native or text")
+
+    def setting(self, name: str) -> str:
+        """How the user sets ``name`` here: ``--episode-timeout-s (or AGENTRL_EVAL_EPISODE_TIMEOUT_S)``."""
+        option, variable = SETTING_SOURCES[name]
+        return f"{option} or {variable}"
+
+    def explicit(self, name: str) -> bool:
+        return self.sources.get(name, "default") != "default"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in SETTING_SOURCES} | {"sources": dict(self.sources)}
+
+    def unused(self, kind: str) -> dict[str, str]:
+        """Settings the agent ``kind`` does not use, with why (printed, so none is silently ignored)."""
+        if kind == "chat":
+            notes = {"max_context_tokens": "the server keeps its own context limit"}
+            if not self.explicit("max_new_tokens"):
+                notes["max_new_tokens"] = "not sent: the server's own limit applies"
+            return notes
+        remote_only = {name: "chat agents only" for name in ("api_key_env", "tool_protocol", "images")}
+        if kind == "model":
+            remote_only |= {"request_timeout_s": "remote agents only", "max_retries": "remote agents only"}
+        return remote_only
+
+    def describe(self, kind: str = "chat") -> str:
+        """One line per setting with its value and where it came from (printed before a run)."""
+        notes = {name: f"unused: {why}" for name, why in self.unused(kind).items()}
+        if kind == "chat":
+            has_key = bool(os.environ.get(self.api_key_env))
+            notes["api_key_env"] = "set" if has_key else "not set: requests go without an API key"
+        return "\n".join(
+            f"  {name} = {getattr(self, name)}  ({self.sources.get(name, 'default')})"
+            + (f"  [{notes[name]}]" if name in notes else "")
+            for name in SETTING_SOURCES
         )
 
 
-def served_model_name(url: str, timeout: float = 10.0) -> str:
+def served_model_name(url: str, timeout: float = 10.0, api_key: str | None = None) -> str:
     """The first model id an OpenAI-compatible server lists at ``/models``."""
     import httpx
 
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        response = httpx.get(f"{url}/models", timeout=timeout)
+        response = httpx.get(f"{url}/models", timeout=timeout, headers=headers)
         response.raise_for_status()
         models = response.json().get("data", [])
     except (httpx.HTTPError, ValueError) as exc:
@@ -56,11 +155,11 @@ def served_model_name(url: str, timeout: float = 10.0) -> str:
             "agent", f"cannot list models at {url}/models: {exc}", "check the URL and that the server runs"
         ) from exc
     if not models:
-        raise ConfigError("agent", f"{url} serves no model", "name it explicitly: openai:URL#model")
+        raise ConfigError("agent", f"{url} serves no model", "name it explicitly: URL#model")
     return str(models[0]["id"])
 
 
-def build_generator(spec: AgentSpec, seed: int) -> tuple[Any, Any]:
+def build_generator(spec: AgentSpec, seed: int, settings: ModelEvalConfig) -> tuple[Any, Any]:
     """(generator, tokenizer) for a model or openai agent spec."""
     from agentrl.rollout.generators.base import make_generator
     from agentrl.rollout.model import load_model, load_tokenizer
@@ -75,7 +174,15 @@ def build_generator(spec: AgentSpec, seed: int) -> tuple[Any, Any]:
                 f"no local tokenizer for served model {name!r}: {exc}",
                 "write openai:URL#<local name or path>",
             ) from exc
-        return make_generator("openai", base_url=spec.url, model_name=name), tokenizer
+        generator = make_generator(
+            "openai",
+            base_url=spec.url,
+            model_name=name,
+            timeout_s=settings.request_timeout_s,
+            max_retries=settings.max_retries,
+            timeout_setting=settings.setting("request_timeout_s"),
+        )
+        return generator, tokenizer
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -92,9 +199,15 @@ def build_generator(spec: AgentSpec, seed: int) -> tuple[Any, Any]:
 
 
 def run_model_jobs(
-    suite: Suite, jobs: Sequence[Job], spec: AgentSpec, *, concurrency: int, seed: int,
+    suite: Suite,
+    jobs: Sequence[Job],
+    spec: AgentSpec,
+    *,
+    concurrency: int,
+    seed: int,
+    settings: ModelEvalConfig | None = None,
     remote: dict[str, Any] | None = None,
-) -> tuple[list[tuple[Episode, float]], float]:  # fmt: skip
+) -> tuple[list[tuple[Episode, float]], float]:
     """Run the jobs (task-major, ``suite.k`` samples each) part by part through ``run_episodes``.
 
     Returns:
@@ -103,9 +216,9 @@ def run_model_jobs(
     from agentrl.rollout.agent import AgentConfig
     from agentrl.rollout.runner import RunnerConfig, run_episodes
 
-    budgets = ModelEvalConfig.from_env()
+    budgets = settings or ModelEvalConfig.from_env()
     start = time.perf_counter()
-    generator, tokenizer = build_generator(spec, seed)
+    generator, tokenizer = build_generator(spec, seed, budgets)
     setup_s = time.perf_counter() - start
     agent = AgentConfig(
         max_new_tokens=budgets.max_new_tokens,
@@ -125,6 +238,7 @@ def run_model_jobs(
                 concurrency=max(1, concurrency),
                 group_size=suite.k,
                 episode_timeout_s=budgets.episode_timeout_s,
+                timeout_setting=budgets.setting("episode_timeout_s"),
                 progress=False,
                 env_kwargs={"split": suite.split, **{k: v for k, v in part.kwargs.items() if v is not None}},
             )

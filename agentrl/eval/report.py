@@ -123,6 +123,31 @@ def bucket_lines(metrics: dict[str, Any]) -> list[str]:
     return lines
 
 
+def error_kind(error: str) -> str:
+    """An episode error without its per-episode details (ids, numbers, quoted text), for grouping."""
+    import re
+
+    first = error.strip().splitlines()[0] if error.strip() else "?"
+    first = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", first)
+    return re.sub(r"\d+(?:\.\d+)?", "N", first)[:160]
+
+
+def error_lines(records: Sequence[dict[str, Any]], examples: int = 3) -> list[str]:
+    """Episode errors grouped by kind, most frequent first: count, kind, example task ids and one message."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        if record.get("error"):
+            groups[error_kind(str(record["error"]))].append(record)
+    if not groups:
+        return []
+    lines = ["| episodes | error | example tasks | example message |", "|---|---|---|---|"]
+    for kind, group in sorted(groups.items(), key=lambda item: -len(item[1])):
+        ids = ", ".join(str(r["task_id"]) for r in group[:examples]) + (" …" if len(group) > examples else "")
+        message = str(group[0]["error"]).replace("|", "\\|").replace("\n", " ")[:300]
+        lines.append(f"| {len(group)} | {kind.replace('|', '/')} | {ids} | {message} |")
+    return lines
+
+
 def write_plots(records: Sequence[dict[str, Any]], metrics: dict[str, Any], out: Path) -> list[str]:
     """Success per subset, failure buckets and turns per episode as PNG files; returns their names."""
     import matplotlib
@@ -184,6 +209,19 @@ def write_report(records: Sequence[dict[str, Any]], metrics: dict[str, Any], out
     ]
     if metrics.get("notes"):
         lines.append(f"- note: {metrics['notes']}")
+    if metrics.get("settings"):
+        shown = ", ".join(f"{k}={v}" for k, v in metrics["settings"].items() if k != "sources")
+        lines.append(f"- model agent settings: {shown}")
+    unavailable = metrics.get("attachment_problems") or []
+    if unavailable:
+        lines += ["", f"## Tasks with an unavailable attachment ({len(unavailable)})", ""]
+        lines += ["Kept and scored; reading the file told the agent it is unavailable.", ""]
+        lines += [
+            f"- {p['task_id']}: {p['file_name']} ({p['problem'].replace('_', ' ')})" for p in unavailable
+        ]
+    errors = error_lines(records)
+    if errors:
+        lines += ["", "## Episode errors", "", *errors]
     lines += ["", "## Results by subset", "", *table_lines(metrics), "", "## Failure buckets", ""]
     lines += [
         *bucket_lines(metrics),

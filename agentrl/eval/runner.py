@@ -27,7 +27,8 @@ import agentrl
 from agentrl.env import Task
 from agentrl.errors import AgentRLError, ConfigError, EnvError
 from agentrl.eval.agents import AgentSpec, OracleAdapter, RandomAgent, ScriptedAgent, load_oracle, parse_agent
-from agentrl.eval.report import aggregate, failure_bucket, table_lines, write_report
+from agentrl.eval.model_agent import SETTING_SOURCES, ModelEvalConfig
+from agentrl.eval.report import aggregate, error_lines, failure_bucket, table_lines, write_report
 from agentrl.eval.suites import Part, Suite, parse_suite
 from agentrl.trajectory import Episode, Segment, Turn, write_jsonl
 
@@ -49,6 +50,8 @@ class EvalResult:
     records: list[dict[str, Any]]
     metrics: dict[str, Any]
     episodes: list[Episode] = field(default_factory=list)
+    #: chat agents: each episode's messages as sent and received (written to transcripts.jsonl)
+    transcripts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def make_part_env(part: Part, split: str) -> Any:
@@ -123,7 +126,7 @@ def episode_record(suite: Suite, job: Job, episode: Episode, seconds: float) -> 
         "reward": float(episode.outcome),
         "success": 1.0 if success >= 1.0 else 0.0,
         "answer": episode.answer,
-        "ground_truth": episode.ground_truth,
+        "ground_truth": episode.ground_truth if episode.ground_truth is not None else job.task.answer,
         "turns": int(metrics.get("turns", episode.num_turns)),
         "terminated": episode.terminated,
         "truncated": episode.truncated,
@@ -151,6 +154,7 @@ def play_scripted(env: Any, agent: ScriptedAgent, job: Job, split: str) -> Episo
         start = time.perf_counter()
         action = agent.act(obs)
         act_s = time.perf_counter() - start
+        measured = dict(getattr(agent, "last_turn", None) or {})  # chat agents: latency, token usage
         obs, reward, terminated, truncated, info = env.step(action)
         turns.append(
             Turn(
@@ -162,7 +166,7 @@ def play_scripted(env: Any, agent: ScriptedAgent, job: Job, split: str) -> Episo
                 reward=float(reward),
                 tool_calls=info.get("tool_calls", []),
                 void=bool(info.get("void_turn", False)),
-                timings={"act_s": act_s, "env_s": time.perf_counter() - start - act_s},
+                timings={"act_s": act_s, "env_s": time.perf_counter() - start - act_s, **measured},
             )
         )
     return Episode(
@@ -258,13 +262,28 @@ def run_model(
     spec: AgentSpec,
     concurrency: int,
     seed: int,
+    settings: ModelEvalConfig,
+    transcripts: list[dict[str, Any]],
     remote: dict[str, Any] | None = None,
 ) -> tuple[list[tuple[Episode, float]], float]:
-    """Model agents through the rollout engine (HF generator or OpenAI-compatible client); also
-    returns the seconds spent loading the model, which episodes/min leaves out."""
+    """Model agents: chat servers through the scripted-agent path (:mod:`.chat_agent`), token-level
+    ones through the rollout engine (HF generator or completions client); also returns the seconds
+    spent loading the model, which episodes/min leaves out."""
+    if spec.kind == "chat":
+        from agentrl.eval.chat_agent import build_chat_client, chat_factory
+
+        start = time.perf_counter()
+        client = build_chat_client(spec, settings, concurrency=concurrency, k=suite.k)
+        setup_s = time.perf_counter() - start
+        try:
+            return run_scripted(
+                suite, jobs, chat_factory(client, settings, transcripts), concurrency, remote
+            ), setup_s
+        finally:
+            client.close()
     from agentrl.eval.model_agent import run_model_jobs
 
-    return run_model_jobs(suite, jobs, spec, concurrency=concurrency, seed=seed, remote=remote)
+    return run_model_jobs(suite, jobs, spec, concurrency=concurrency, seed=seed, settings=settings, remote=remote)
 
 
 # --------------------------------------------------------------------------- entry points
@@ -275,11 +294,16 @@ def evaluate(
     limit: int | None = None,
     concurrency: int = 4,
     seed: int = 0,
+    settings: ModelEvalConfig | None = None,
     ray: str | None = None,
 ) -> EvalResult:
-    """Run ``agent`` on ``suite`` and return the records, the aggregate metrics and the episodes."""
+    """Run ``agent`` on ``suite`` and return the records, the aggregate metrics and the episodes.
+
+    ``settings``: budgets and request settings of model agents (default: ``AGENTRL_EVAL_*`` variables).
+    """
     import agentrl.eval.suites  # noqa: F401  (registers the suites)
 
+    settings = settings or ModelEvalConfig.from_env()
     suite_obj = parse_suite(suite) if isinstance(suite, str) else suite
     spec = parse_agent(agent) if isinstance(agent, str) else agent
     if limit is not None and limit < 1:
@@ -293,11 +317,12 @@ def evaluate(
     remote = ray_envs(suite_obj, ray) if ray else None  # envs in Ray actors (--ray)
     start = time.perf_counter()
     setup_s = 0.0
+    transcripts: list[dict[str, Any]] = []
     try:
         if spec.kind in ("oracle", "random"):
             results = run_scripted(suite_obj, jobs, scripted_factory(spec, suite_obj), concurrency, remote)
         else:
-            results, setup_s = run_model(suite_obj, jobs, spec, concurrency, seed, remote)
+            results, setup_s = run_model(suite_obj, jobs, spec, concurrency, seed, settings, transcripts, remote)
     finally:
         for pool in (remote or {}).values():
             pool.shutdown()
@@ -316,9 +341,19 @@ def evaluate(
         "setup_s": setup_s,
         "episodes_per_minute": 60.0 * len(records) / wall if wall > 0 else 0.0,
         "notes": suite_obj.notes,
+        "attachment_problems": [
+            {
+                "task_id": t.id,
+                "file_name": t.payload.get("file_name", ""),
+                "problem": t.payload["attachment_problem"],
+            }
+            for _, t in selected
+            if t.payload.get("attachment_problem")
+        ],
+        "settings": settings.as_dict() if spec.kind not in ("oracle", "random") else {},
         **aggregate(records, suite_obj.metrics, suite_obj.k),
     }
-    return EvalResult(records, metrics, [ep for ep, _ in results])
+    return EvalResult(records, metrics, [ep for ep, _ in results], transcripts)
 
 
 def _default_out(suite: str, agent: str) -> Path:
@@ -335,23 +370,54 @@ def run_eval(
     seed: int = 0,
     out: Path | str | None = None,
     as_json: bool = False,
+    suite_options: Sequence[str] = (),
+    settings: dict[str, Any] | None = None,
     ray: str | None = None,
 ) -> int:
-    """The ``agentrl eval`` command: evaluate, write the outputs, print the table. Returns the exit code."""
+    """The ``agentrl eval`` command: evaluate, write the outputs, print the table. Returns the exit code.
+
+    ``suite_options``: ``key=value`` items added to the suite (values may hold commas);
+    ``settings``: CLI values of :class:`ModelEvalConfig` fields (``None``: not given).
+    """
     import json
 
+    settings = {k: v for k, v in (settings or {}).items() if v is not None}
     command = ["agentrl", "eval", "--suite", suite, "--agent", agent]
+    for item in suite_options:
+        command += ["--suite-option", item]
     command += ["--limit", str(limit)] if limit is not None else []
     command += ["--concurrency", str(concurrency), "--seed", str(seed)] + (["--ray", ray] if ray else [])
+    for name, value in settings.items():
+        option = SETTING_SOURCES[name][0]
+        if isinstance(value, bool):
+            command.append(option if value else option.replace("--", "--no-", 1))
+        else:
+            command += [option, str(value)]
     try:
-        result = evaluate(suite, agent, limit=limit, concurrency=concurrency, seed=seed, ray=ray)
+        suite_obj = parse_suite(suite, suite_options)
+        resolved = ModelEvalConfig.resolve(**settings)
+        kind = parse_agent(agent).kind
+        if kind not in ("oracle", "random"):
+            print(f"[eval] model agent settings:\n{resolved.describe(kind)}", file=sys.stderr)
+        elif settings:
+            print(
+                f"[eval] warning: {', '.join(settings)} unused: {agent} is a scripted agent", file=sys.stderr
+            )
+        result = evaluate(
+            suite_obj, agent, limit=limit, concurrency=concurrency, seed=seed, settings=resolved, ray=ray
+        )
     except AgentRLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    result.metrics["suite"] = suite
     result.metrics["command"] = shlex.join(command)
     out_dir = Path(out) if out is not None else _default_out(suite, agent)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(result.episodes, out_dir / "episodes.jsonl")
+    if result.transcripts:
+        with (out_dir / "transcripts.jsonl").open("w", encoding="utf-8") as handle:
+            for transcript in result.transcripts:
+                handle.write(json.dumps(transcript, ensure_ascii=False, default=str) + "\n")
     report = write_report(result.records, result.metrics, out_dir)
     if as_json:
         print(json.dumps(result.metrics, indent=2, default=str))
@@ -361,6 +427,11 @@ def run_eval(
             f"{result.metrics['suite']} / {result.metrics['agent']}: success {100 * overall['success_rate']:.1f}%"
         )
         print("\n".join(table_lines(result.metrics)))
+        unavailable = result.metrics["attachment_problems"]
+        if unavailable:
+            print(f"{len(unavailable)} task(s) with an unavailable attachment (listed in the report)")
+        for line in error_lines(result.records):
+            print(line)
         print(f"report: {report}")
     errors = sum(1 for r in result.records if r["error"])
     return 1 if result.records and errors == len(result.records) else 0

@@ -2,7 +2,8 @@
 
 A suite is a thin description over registered envs; the runner does the work. Suites live in
 :data:`agentrl.registry.EVAL_SUITES` (name -> :class:`Suite`). A suite name may carry options,
-``NAME:key=value,key=value``:
+``NAME:key=value,key=value`` (a comma splits only before the next ``key=``, so values may hold
+commas; ``--suite-option key=value`` takes any value as is):
 
 - ``k=N``: sample every task N times and report pass@k (pass@1 is the plain success rate).
 - ``split=S``: another split of the env (e.g. ``local-gaia:split=dev``).
@@ -13,7 +14,8 @@ A suite is a thin description over registered envs; the runner does the work. Su
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -81,18 +83,32 @@ def _convert(value: str) -> Any:
     return value
 
 
-def parse_suite(spec: str) -> Suite:
-    """``"name"`` or ``"name:key=value,..."`` -> the registered suite with those options applied."""
+_OPTION_SPLIT = re.compile(r",(?=\s*[A-Za-z_][A-Za-z0-9_.-]*\s*=)")
+
+
+def _option(item: str, where: str) -> tuple[str, Any]:
+    key, eq, value = item.partition("=")
+    if not eq or not key.strip():
+        raise ConfigError(
+            "suite",
+            f"bad suite option {item!r} in {where}",
+            "write NAME:key=value,key=value or --suite-option key=value",
+        )
+    return key.strip(), _convert(value.strip())
+
+
+def parse_suite(spec: str, extra_options: Sequence[str] = ()) -> Suite:
+    """``"name"`` or ``"name:key=value,..."`` (plus ``extra_options``, ``key=value`` strings taken
+    whole) -> the registered suite with those options applied."""
     name, _, option_text = spec.partition(":")
     suite: Suite = EVAL_SUITES.get(name.strip(), field="suite")
     options: dict[str, Any] = {}
-    for item in filter(None, (s.strip() for s in option_text.split(","))):
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise ConfigError(
-                "suite", f"bad suite option {item!r} in {spec!r}", "write NAME:key=value,key=value"
-            )
-        options[key.strip()] = _convert(value.strip())
+    for item in filter(None, (s.strip() for s in _OPTION_SPLIT.split(option_text))):
+        key, value = _option(item, repr(spec))
+        options[key] = value
+    for item in extra_options:
+        key, value = _option(item.strip(), "--suite-option")
+        options[key] = value
     return suite.with_options(options) if options else suite
 
 
@@ -111,10 +127,18 @@ _register(
 _register(
     Suite(
         "gaia",
-        "real GAIA validation set from a local copy (data_dir=... or AGENTRL_GAIA_DIR); file reader only",
+        "real GAIA validation set from a local copy (data_dir=... or AGENTRL_GAIA_DIR); file reader + python",
         (Part("agentrl/GAIA-Real-v0"),),
         split="validation",
-        notes="without AGENTRL_GAIA_DIR or data_dir this runs the 6-task test fixture",
+    )
+)
+_register(
+    Suite(
+        "gaia-fixture",
+        "the 6-task GAIA-layout test fixture shipped in tests/fixtures (checks the real-GAIA path offline)",
+        (Part("agentrl/GAIA-Real-v0", kwargs={"data_dir": "fixture"}),),
+        split="validation",
+        notes="the bundled 6-task fixture, not GAIA",
     )
 )
 _register(
@@ -148,6 +172,7 @@ _register(
         success="em",
         metrics=("em", "f1"),
         subset=_source,
+        oracle="agentrl.envs.search.oracle:GoldQAOracle",  # answers the gold answer: a pipeline check
     )
 )
 _register(

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentrl.errors import ConfigError
-from agentrl.rollout import folding
-from agentrl.rollout.generators.base import GenerationOutput, SamplingParams
+from agentrl.rollout import folding, process_rewards
+from agentrl.rollout.generators.base import GenerationOutput, SamplingParams, derive_seed
 from agentrl.rollout.template import ChatFormat, conformance
 from agentrl.trajectory import Episode, Segment, Source, Turn
 
@@ -69,9 +69,19 @@ class AgentConfig:
     template_mode: str = "auto"  # auto | concat | per_turn
     tool_schemas: bool = True  # render the tools' JSON schemas into the system prompt
     seed: int | None = None
+    # FoldGRPO process rewards (folding=branch); defaults are the paper's, see RolloutConfig
+    unfolded_penalty: float = -1.0
+    unfolded_threshold: float = 0.5
+    failure_penalty: float = -1.0
+    scope_penalty: float = -0.2
+    scope_judge: str = "rule"  # rule | policy | openai | none
+    scope_judge_url: str | None = None
+    scope_judge_model: str = ""
+    scope_judge_timeout_s: float = 30.0
 
     def validate(self) -> None:
         """Raise ConfigError naming the field for bad values."""
+        process_rewards.check_settings(self)
         choices = {"folding": ("none", "branch", "summary"), "template_mode": ("auto", "concat", "per_turn")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -181,8 +191,15 @@ class EpisodeRun:
         seed: int | None = None,
         options: dict[str, Any] | None = None,
         policy_version: int = 0,
+        judge: process_rewards.ScopeJudge | None = None,
+        sampling_seed: int | None = None,
     ):
+        """``seed`` is the env's reset seed; ``sampling_seed`` (when given) seeds this episode's own
+        sampling stream: generate call ``n`` samples with seed ``derive_seed(sampling_seed, n)``."""
         config.validate()
+        if judge is None and config.folding == "branch":
+            judge = process_rewards.build_judge(config)  # rule / openai / none ("policy" needs the runner's)
+        self.judge = judge
         self.env = env
         self.policy = policy
         self.tokenizer = tokenizer
@@ -192,6 +209,8 @@ class EpisodeRun:
         self.episode_id = episode_id or uuid.uuid4().hex[:12]
         self.group_id = group_id
         self.seed = seed
+        self.sampling_seed = sampling_seed
+        self._generate_calls = 0
         self.options = options
         self.policy_version = policy_version
         self.progress = Progress(env_id=env_id, episode_id=self.episode_id)
@@ -210,6 +229,10 @@ class EpisodeRun:
         sampling = self.config.sampling()
         if budget < sampling.max_new_tokens:
             sampling = SamplingParams(**{**sampling.__dict__, "max_new_tokens": max(1, budget)})
+        if self.sampling_seed is not None:
+            seed = derive_seed(self.sampling_seed, self._generate_calls)
+            sampling = SamplingParams(**{**sampling.__dict__, "seed": seed})
+        self._generate_calls += 1
         out = await self.policy.generate(prompt, sampling, observation)
         self.progress.generate_s += time.perf_counter() - t0
         self.progress.generated_tokens += len(out.ids)
@@ -263,9 +286,20 @@ class EpisodeRun:
                 if isinstance(value, int | float):
                     usage[key] = usage.get(key, 0.0) + float(value)
         turn.sandbox_usage = usage or None
+        turn.error = process_rewards.action_error(turn.tool_calls, info)
 
     # ------------------------------------------------------------------ the episode
     async def run(self) -> Episode:
+        """Play the episode; with folding=branch, then score its process rewards (FoldGRPO Q)."""
+        episode = await self._play()
+        if self.config.folding == "branch":
+            self.progress.touch("judge")
+            rules = process_rewards.ProcessRewardConfig.from_settings(self.config)
+            await process_rewards.assign_process_rewards(episode, rules, self.judge)
+            self.progress.touch("done")
+        return episode
+
+    async def _play(self) -> Episode:
         cfg = self.config
         obs, info = await self._env(self.env.reset, seed=self.seed, options=self.options)
         inner = self.env.unwrapped
@@ -344,6 +378,7 @@ class EpisodeRun:
                     else folding.BRANCH_LIMIT
                 )
                 turn.observation = message
+                turn.error = f"{fold.name} call refused: {message}"
                 self._set_obs(fmt, turn, [fmt.obs_message(message)], [int(Source.TOOL)])
                 current.add(turn)
                 observation = message

@@ -4,16 +4,30 @@ Episodes (and HTTP clients of ``agentrl serve``) each ask for one continuation a
 :class:`Batcher` collects the requests that arrive while the generator is busy (or within a short
 window), groups them by sampling parameters and runs one batched call in a worker thread, so the
 event loop stays free for environment steps, the watchdog and the progress display.
+
+Generators whose requests are independent anyway (``independent_requests``: one HTTP request per
+prompt, e.g. the OpenAI-compatible client) are not batched: each request goes out on its own, so
+a hung or failing request costs only its own episode, never the requests queued behind it.
+
+Per-request seeds (``SamplingParams.seed``, set per episode turn by the runner) do not split
+batches: a generator with per-row streams (``supports_row_seeds``, the HF backend) gets them as
+``seeds=``, so each request's continuation is the same whatever it was batched with; other
+backends sample batch-wise and the seeds are dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams
+
+#: per-request token callback: ``(token_id, logprob, top_logprobs) -> stop this request now``
+RequestCallback = Callable[[int, float, Any], bool]
 
 
 @dataclass
@@ -21,6 +35,7 @@ class _Request:
     prompt: Sequence[int]
     sampling: SamplingParams
     future: asyncio.Future = field(repr=False)
+    on_token: RequestCallback | None = field(default=None, repr=False)
 
 
 class Batcher:
@@ -30,10 +45,18 @@ class Batcher:
     it sat idle (e.g. waiting for environments).
     """
 
-    def __init__(self, generator: Generator, *, max_batch_size: int | None = None, window_s: float = 0.002):
+    def __init__(self, generator: Generator, *, max_batch_size: int | None = None, window_s: float = 0.002,
+                 lockstep: bool = False):  # fmt: skip
+        """``lockstep``: a batch waits until every active episode (see :meth:`enter`) has asked or
+        ended, and its requests are ordered by seed, so which prompts share a batch (and therefore
+        the batch's float rounding) does not depend on timing. Without it, a batch takes what
+        arrived within ``window_s``."""
         self.generator = generator
         self.max_batch_size = max_batch_size or generator.max_batch_size
         self.window_s = window_s
+        self.lockstep = lockstep
+        self.active = 0  # episodes that will submit or end (lockstep only)
+        self._changed: asyncio.Event | None = None
         self._queue: asyncio.Queue[_Request] | None = None
         self._task: asyncio.Task | None = None
         self.busy_s = 0.0
@@ -42,9 +65,20 @@ class Batcher:
         self.generated_tokens = 0
         self.started_at: float | None = None
 
+    def enter(self) -> None:
+        """An episode started (lockstep: later batches wait for its request)."""
+        self.active += 1
+
+    def leave(self) -> None:
+        """An episode ended."""
+        self.active -= 1
+        if self._changed is not None:
+            self._changed.set()
+
     async def start(self) -> None:
         if self._task is None:
             self._queue = asyncio.Queue()
+            self._changed = asyncio.Event()
             self._task = asyncio.create_task(self._loop(), name="agentrl-batcher")
             self.started_at = time.perf_counter()
 
@@ -57,13 +91,36 @@ class Batcher:
                 pass
             self._task = None
 
-    async def submit(self, prompt: Sequence[int], sampling: SamplingParams) -> GenerationOutput:
-        """Queue one prompt and wait for its continuation."""
+    async def submit(
+        self, prompt: Sequence[int], sampling: SamplingParams, on_token: RequestCallback | None = None
+    ) -> GenerationOutput:
+        """Queue one prompt and wait for its continuation.
+
+        ``on_token`` (called from the generator's worker thread) sees each token as it is sampled and
+        may end the request by returning True (``agentrl serve``'s streaming and stop strings).
+        """
+        if getattr(self.generator, "independent_requests", False):
+            return await self._direct(prompt, sampling)
         await self.start()
         assert self._queue is not None
         future = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Request(prompt, sampling, future))
+        await self._queue.put(_Request(prompt, sampling, future, on_token))
+        assert self._changed is not None
+        self._changed.set()
         return await future
+
+    async def _direct(self, prompt: Sequence[int], sampling: SamplingParams) -> GenerationOutput:
+        if self.started_at is None:
+            self.started_at = time.perf_counter()
+        t0 = time.perf_counter()
+        try:
+            (output,) = await self.generator.agenerate([prompt], sampling)
+        finally:
+            self.busy_s += time.perf_counter() - t0  # overlapping requests: an upper bound
+            self.calls += 1
+            self.requests += 1
+        self.generated_tokens += len(output.ids)
+        return output
 
     def idle_share(self, wall_s: float | None = None) -> float:
         """Fraction of wall time (since start) the generator was not running a batch."""
@@ -77,24 +134,49 @@ class Batcher:
         while True:
             first = await self._queue.get()
             pending = [first]
-            if self.window_s > 0:
+            if self.lockstep:
+                await self._all_asked(pending)
+            elif self.window_s > 0:
                 await asyncio.sleep(self.window_s)
-            while not self._queue.empty() and len(pending) < self.max_batch_size * 4:
+            while not self._queue.empty() and (self.lockstep or len(pending) < self.max_batch_size * 4):
                 pending.append(self._queue.get_nowait())
+            if self.lockstep:
+                pending.sort(key=lambda r: (r.sampling.seed is None, r.sampling.seed or 0))
             groups: dict[SamplingParams, list[_Request]] = {}
             for request in pending:
-                groups.setdefault(request.sampling, []).append(request)
+                groups.setdefault(dataclasses.replace(request.sampling, seed=None), []).append(request)
             for sampling, requests in groups.items():
                 for start in range(0, len(requests), self.max_batch_size):
                     await self._run(sampling, requests[start : start + self.max_batch_size])
+
+    async def _all_asked(self, pending: list[_Request]) -> None:
+        """Lockstep: wait until every active episode has a request queued (or has ended)."""
+        assert self._changed is not None and self._queue is not None
+        while True:
+            self._changed.clear()
+            if len(pending) + self._queue.qsize() >= self.active:
+                return
+            await self._changed.wait()
 
     async def _run(self, sampling: SamplingParams, requests: list[_Request]) -> None:
         live = [r for r in requests if not r.future.done()]  # cancelled episodes drop out
         if not live:
             return
         t0 = time.perf_counter()
+        seeds = [r.sampling.seed for r in live]
         try:
-            outputs = await self.generator.agenerate([r.prompt for r in live], sampling)
+            prompts = [r.prompt for r in live]
+            row_seeds = seeds if self.generator.supports_row_seeds and any(s is not None for s in seeds) else None
+            callbacks = [r.on_token for r in live]
+            if any(callbacks):
+
+                def on_token(row: int, token: int, logprob: float, top: Any) -> bool:
+                    callback = callbacks[row]
+                    return callback(token, logprob, top) if callback is not None else False
+
+                outputs = await self.generator.agenerate_streaming(prompts, sampling, on_token, row_seeds)
+            else:
+                outputs = await self.generator.agenerate(prompts, sampling, row_seeds)
         except asyncio.CancelledError:
             for r in live:
                 if not r.future.done():
@@ -105,9 +187,15 @@ class Batcher:
                 if not live[0].future.done():
                     live[0].future.set_exception(exc)
                 return
-            # One bad request must not fail its batch-mates: retry each alone.
+            # One bad request must not fail its batch-mates: retry each alone (in-process generators
+            # only: remote ones never come here, see the module doc; not a streamed one, whose
+            # consumer may have seen tokens already).
             for r in live:
-                await self._run(sampling, [r])
+                if r.on_token is not None:
+                    if not r.future.done():
+                        r.future.set_exception(exc)
+                else:
+                    await self._run(sampling, [r])
             return
         finally:
             self.busy_s += time.perf_counter() - t0

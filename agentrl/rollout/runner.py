@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError, EpisodeError
+from agentrl.rollout import process_rewards
 from agentrl.rollout.agent import AgentConfig, EpisodeRun, ModelPolicy, Policy, call_in_executor
 from agentrl.rollout.batcher import Batcher
-from agentrl.rollout.generators.base import Generator
+from agentrl.rollout.generators.base import Generator, derive_seed
 from agentrl.trajectory import Episode, save, write_jsonl
 
 log = logging.getLogger("agentrl.rollout")
@@ -45,7 +46,11 @@ class RunnerConfig:
     watchdog_action: str = "cancel"  # cancel | retry
     max_retries: int = 1
     progress: bool = True
+    on_episode: Callable[[Episode], None] | None = None  # called as each episode ends (trainer progress)
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: the name of the episode-timeout setting where the user is (error messages name it)
+    timeout_setting: str = "rollout.episode_timeout_s"
+    lockstep: bool = False  # timing-independent batches (see Batcher); train.deterministic sets it
 
     @classmethod
     def from_rollout(
@@ -90,10 +95,11 @@ class RunStats:
     generator_idle_share: float = 0.0
     env_s: float = 0.0
     generate_calls: int = 0
+    process: dict[str, float] = field(default_factory=dict)  # summed "process/*" episode counts
 
     def as_metrics(self) -> dict[str, float]:
         wall = max(self.wall_s, 1e-9)
-        return {
+        return process_rewards.share_metrics(self.process) | {
             "rollout/episodes": float(self.episodes),
             "rollout/failed": float(self.failed),
             "rollout/episodes_per_s": self.episodes / wall,
@@ -111,6 +117,7 @@ class _Job:
     task: Any
     group_id: str
     seed: int | None
+    sampling_seed: int  # the episode's own sampling stream (see Runner.arun)
 
 
 def _task_options(task: Any) -> tuple[dict[str, Any] | None, str]:
@@ -136,7 +143,9 @@ class Runner:
         policy_factory: Callable[[], Policy] | None = None,
         config: RunnerConfig | None = None,
         policy_version: int = 0,
+        judge: process_rewards.ScopeJudge | None = None,
     ):
+        """``judge``: a custom branch-scope judge (folding=branch); default: the one rollout.scope_judge names."""
         if (generator is None) == (policy_factory is None):
             raise ConfigError("rollout", "give exactly one of generator or policy_factory")
         self.env = env
@@ -153,6 +162,16 @@ class Runner:
             )
         self.config.agent.validate()
         self.config.agent.check_template(tokenizer)
+        self._batcher: Batcher | None = None
+        self.judge = judge or (
+            process_rewards.build_judge(
+                self.config.agent,
+                submit=(lambda ids, sampling: self._batcher.submit(ids, sampling)) if generator else None,  # type: ignore[union-attr]
+                tokenizer=tokenizer,
+            )
+            if self.config.agent.folding == "branch"
+            else None
+        )
         self.policy_version = policy_version
         self.stats = RunStats()
         self._running: dict[int, EpisodeRun] = {}
@@ -188,6 +207,10 @@ class Runner:
             seed=job.seed,
             options=options,
             policy_version=self.policy_version,
+            judge=self.judge,
+            sampling_seed=job.sampling_seed,
+            # a replayable id: the same (seed, task, sample, policy version) gives the same id
+            episode_id=f"{derive_seed(job.sampling_seed, self.policy_version):016x}"[:12],
         )
         self._running[job.index] = run
         self._runs[job.index] = run
@@ -195,7 +218,7 @@ class Runner:
             return await asyncio.wait_for(run.run(), timeout=self.config.episode_timeout_s)
         except TimeoutError:
             raise EpisodeError(
-                f"episode timeout after {self.config.episode_timeout_s:.0f}s (rollout.episode_timeout_s); "
+                f"episode timeout after {self.config.episode_timeout_s:g}s ({self.config.timeout_setting}); "
                 f"{run.progress.describe()}"
             ) from None
         finally:
@@ -292,19 +315,32 @@ class Runner:
         seed: int = 0,
         out_path: str | Path | None = None,
     ) -> list[Episode]:
-        """Run ``group_size`` episodes per task; returns episodes in job order (task-major)."""
+        """Run ``group_size`` episodes per task; returns episodes in job order (task-major).
+
+        Each episode samples from its own stream, seeded by (``seed`` or the task's ``seeds``
+        entry, task id, occurrence of that task in ``tasks``, sample index): the same episode comes
+        out whatever the concurrency, the other tasks of the call, or the order episodes finish in
+        (with a generator that has per-row streams; see ``Generator.supports_row_seeds``).
+        """
         cfg = self.config
         jobs = []
+        seen: dict[str, int] = {}
         for t_index, task in enumerate(tasks):
             _, task_id = _task_options(task)
             group = f"{task_id or 'task'}:{t_index}"
-            for _ in range(cfg.group_size):
+            key = task_id or f"#{t_index}"
+            occurrence = seen[key] = seen.get(key, -1) + 1
+            for sample in range(cfg.group_size):
                 index = len(jobs)
                 job_seed = seeds[t_index] if seeds is not None else seed + index
-                jobs.append(_Job(index=index, task=task, group_id=group, seed=job_seed))
+                base = seeds[t_index] if seeds is not None and seeds[t_index] is not None else seed
+                stream = derive_seed(base, key, occurrence, sample)
+                jobs.append(_Job(index=index, task=task, group_id=group, seed=job_seed, sampling_seed=stream))
         results: list[Episode | None] = [None] * len(jobs)
         stream = _Stream(out_path)
-        batcher = Batcher(self.generator) if self.generator is not None else None
+        batcher = self._batcher = (
+            Batcher(self.generator, lockstep=cfg.lockstep) if self.generator is not None else None
+        )
         if self.generator is not None:
             # the learner may have changed the weights in place since the last run
             self.generator.reset_cache()
@@ -316,11 +352,19 @@ class Runner:
 
         async def one(job: _Job) -> None:
             async with semaphore:
-                episode = await self._job(job, executor, make_policy)
+                if batcher is not None:
+                    batcher.enter()
+                try:
+                    episode = await self._job(job, executor, make_policy)
+                finally:
+                    if batcher is not None:
+                        batcher.leave()
             results[job.index] = episode
             stream.write(episode)
             self._account(episode)
             display.advance()
+            if cfg.on_episode is not None:
+                cfg.on_episode(episode)
 
         watchdog = asyncio.create_task(self._watchdog())
         try:
@@ -349,6 +393,9 @@ class Runner:
         self.stats.turns += len(episode.turns)
         self.stats.generated_tokens += sum(len(t.output_ids) for t in episode.turns)
         self.stats.env_s += episode.timings.get("env_s", 0.0)
+        for key, value in episode.metrics.items():
+            if key.startswith("process/"):
+                self.stats.process[key] = self.stats.process.get(key, 0.0) + value
 
     def run(self, tasks: Sequence[Any], **kwargs: Any) -> list[Episode]:
         """Synchronous wrapper over :meth:`arun`."""
@@ -450,6 +497,7 @@ def run_episodes(
     out_path: str | Path | None = None,
     policy_version: int = 0,
     stats: RunStats | None = None,
+    judge: process_rewards.ScopeJudge | None = None,
     **overrides: Any,
 ) -> list[Episode]:
     """Run episodes for ``tasks`` (Task, dict, task id, or None for a seeded random task).
@@ -464,6 +512,7 @@ def run_episodes(
         seeds: per-task reset seeds (default ``seed + job index``).
         out_path: stream finished episodes to this ``.jsonl`` (or ``.parquet`` at the end).
         stats: a :class:`RunStats` to fill (throughput, generator idle share, failures).
+        judge: a custom branch-scope judge for FoldGRPO's out-of-scope penalty (folding=branch).
         **overrides: RunnerConfig fields (``concurrency=``, ``group_size=``, ``progress=`` ...).
 
     Returns:
@@ -484,6 +533,7 @@ def run_episodes(
         policy_factory=policy_factory,
         config=runner_config,
         policy_version=policy_version,
+        judge=judge,
     )
     episodes = runner.run(tasks, seeds=seeds, seed=seed, out_path=out_path)
     if stats is not None:

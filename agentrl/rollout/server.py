@@ -1,195 +1,335 @@
-"""``agentrl serve``: an OpenAI-compatible HTTP server over the Hugging Face generator.
+"""``agentrl serve``: an OpenAI-compatible HTTP server over the Hugging Face generator (CPU default).
 
 Endpoints: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions`` and
-``POST /v1/chat/completions``. Completions follow vLLM's token-id conventions so that an RL
-client never re-tokenizes: ``prompt`` may be a list of token ids; ``logprobs: 0`` returns the
-sampled token's log-prob; ``return_tokens_as_token_ids`` spells tokens as ``"token_id:123"``;
-``return_token_ids`` adds ``choices[i].token_ids``; ``stop_token_ids`` and ``top_k`` are accepted.
-The extra ``return_entropy`` adds ``choices[i].entropy`` (per-token sampler entropy).
-Concurrent requests are batched into one generate call.
+``POST /v1/chat/completions``, with streaming (server-sent events in OpenAI's chunk format, usage
+with ``stream_options.include_usage``), ``n``, stop strings and stop token ids, ``seed``,
+``logprobs``/``top_logprobs``, and tool calling through the model's own chat template
+(:mod:`agentrl.rollout.chat_request`). Errors use OpenAI's shape (404 for an unknown model).
+
+Completions also follow vLLM's token-id conventions so that an RL client never re-tokenizes:
+``prompt`` may be a list of token ids; ``return_tokens_as_token_ids`` spells tokens as
+``"token_id:123"``; ``return_token_ids`` adds ``choices[i].token_ids``; ``stop_token_ids`` and
+``top_k`` are accepted; the extra ``return_entropy`` adds ``choices[i].entropy``. Concurrent
+requests (and the ``n`` samples of one) are batched into one generate call; tokens reach a stream
+as they are sampled. GPU serving is vLLM's own server: :mod:`agentrl.rollout.vllm_server`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
-from agentrl.errors import ConfigError, GeneratorError
+from agentrl.errors import GeneratorError
 from agentrl.rollout.batcher import Batcher
-from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams
+from agentrl.rollout.chat_request import ChatPrompt, chat_prompt
+from agentrl.rollout.generators.base import GenerationOutput, Generator, derive_seed
+from agentrl.rollout.openai_protocol import ApiError, LogprobFormatter, RequestParams, parse_params
+from agentrl.rollout.textstream import ChoiceStream, Delta
 from agentrl.serving import listen_socket
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> Any:
-    from starlette.responses import JSONResponse
-
-    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
-
-
-def _sampling(body: dict[str, Any], default_max: int) -> SamplingParams:
-    return SamplingParams(
-        max_new_tokens=int(body.get("max_tokens") or default_max),
-        temperature=float(body.get("temperature", 1.0)),
-        top_p=float(body.get("top_p", 1.0)),
-        top_k=max(0, int(body.get("top_k", 0) or 0)),
-        stop_ids=tuple(int(t) for t in body.get("stop_token_ids") or ()),
-        seed=body.get("seed"),
-        return_entropy=bool(body.get("return_entropy", False)),
-    )
+def _tool_call_json(delta: Delta) -> list[dict[str, Any]]:
+    return [
+        {
+            "index": delta.first_call + k,
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+        }
+        for k, c in enumerate(delta.tool_calls)
+    ]
 
 
-def build_app(generator: Generator, tokenizer: Any, model_name: str, *, default_max_tokens: int = 256) -> Any:
-    """The Starlette app (separate from :func:`serve` so tests run it on a free port)."""
+class _Job:
+    """The ``n`` choices per prompt of one request: streams, batcher submissions, an event queue."""
+
+    def __init__(
+        self, app: _Server, prompts: list[list[int]], params: RequestParams, chat: ChatPrompt | None
+    ):
+        self.params, self.prompts = params, prompts
+        self.queue: asyncio.Queue[tuple[int, Delta | GenerationOutput | BaseException]] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        hidden = app.stop_ids | set(params.sampling.stop_ids)
+        self.streams: list[ChoiceStream] = []
+        for index in range(len(prompts) * params.n):
+
+            def emit(delta: Delta, index: int = index) -> None:
+                loop.call_soon_threadsafe(self.queue.put_nowait, (index, delta))
+
+            self.streams.append(
+                ChoiceStream(
+                    app.tokenizer,
+                    stop=params.stop,
+                    hidden_ids=hidden,
+                    tools=chat.tools if chat else None,
+                    prefix_text=chat.prefix_text if chat else "",
+                    max_calls=chat.max_calls if chat else None,
+                    emit=emit if params.stream else None,
+                    skip_special_tokens=params.skip_special_tokens,
+                )
+            )
+        self.tasks = [
+            asyncio.ensure_future(self._run(app.batcher, i, prompts[i // params.n]))
+            for i in range(len(self.streams))
+        ]
+
+    async def _run(self, batcher: Batcher, index: int, prompt: list[int]) -> GenerationOutput:
+        stream = self.streams[index]
+        sampling = self.params.sampling
+        if sampling.seed is not None:  # choice i has its own stream: distinct, and the same in any batch
+            sampling = dataclasses.replace(sampling, seed=derive_seed(sampling.seed, index))
+        try:
+            out = await batcher.submit(prompt, sampling, stream.feed)
+        except BaseException as exc:
+            self.queue.put_nowait((index, exc))
+            raise
+        stream.finish()  # the last delta goes through emit() before the output below
+        await asyncio.sleep(0)
+        self.queue.put_nowait((index, out))
+        return out
+
+    def abandon(self) -> None:
+        """The client went away (or generation failed): end the rows at their next token."""
+        for stream in self.streams:
+            stream.abandoned.set()
+        for task in self.tasks:
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: reported to the client already
+            else:
+                task.cancel()
+
+    async def outputs(self) -> list[GenerationOutput]:
+        try:
+            return list(await asyncio.gather(*self.tasks))
+        except GeneratorError as exc:
+            raise ApiError(400, str(exc)) from exc
+
+    def finish_reason(self, index: int, out: GenerationOutput, chat: bool) -> str:
+        if chat and self.streams[index].calls and out.finish_reason == "stop":
+            return "tool_calls"
+        return out.finish_reason
+
+    def usage(self, outputs: list[GenerationOutput]) -> dict[str, int]:
+        prompt = sum(len(p) for p in self.prompts)
+        completion = sum(len(o.ids) for o in outputs)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+class _Server:
+    def __init__(self, generator: Generator, tokenizer: Any, names: list[str], default_max_tokens: int):
+        self.generator, self.tokenizer, self.names = generator, tokenizer, names
+        self.default_max_tokens = default_max_tokens
+        self.batcher = Batcher(generator)
+        self.stop_ids = set(getattr(generator, "stop_ids", ()))
+
+    async def body(self, request: Any, kind: str) -> tuple[dict[str, Any], RequestParams, str]:
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise ApiError(400, "the body is not valid JSON") from exc
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        model = body.get("model") or self.names[0]
+        if model not in self.names:
+            raise ApiError(
+                404, f"The model `{model}` does not exist; this server serves {', '.join(self.names)}",
+                "model", "model_not_found",
+            )  # fmt: skip
+        params = parse_params(body, kind, self.default_max_tokens)
+        if params.top_logprobs and not self.generator.supports_top_logprobs:
+            raise ApiError(
+                400, f"the {self.generator.name} generator cannot return top_logprobs", "top_logprobs"
+            )
+        return body, params, model
+
+    def prompts(self, body: dict[str, Any]) -> list[list[int]]:
+        prompt = body.get("prompt")
+        encode = self.tokenizer.encode
+        if isinstance(prompt, str):
+            return [encode(prompt, add_special_tokens=False)]
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            return [prompt]
+        if isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
+            return prompt
+        if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+            return [encode(p, add_special_tokens=False) for p in prompt]
+        raise ApiError(400, "prompt must be a string, a list of token ids, or a list of those", "prompt")
+
+    # ------------------------------------------------------------------ responses
+    def completion_choice(self, job: _Job, index: int, out: GenerationOutput, fmt: LogprobFormatter) -> dict:
+        stream, params = job.streams[index], job.params
+        entry: dict[str, Any] = {
+            "index": index,
+            "text": stream.content,
+            "finish_reason": out.finish_reason,
+            "logprobs": fmt.completion(stream.tokens),
+        }
+        if params.return_token_ids:
+            entry["token_ids"] = list(out.ids)
+        if params.return_entropy and out.entropy is not None:
+            entry["entropy"] = list(out.entropy)
+        return entry
+
+    def chat_choice(self, job: _Job, index: int, out: GenerationOutput, fmt: LogprobFormatter) -> dict:
+        stream = job.streams[index]
+        message: dict[str, Any] = {"role": "assistant", "content": stream.content}
+        if stream.calls:
+            message["content"] = stream.content or None
+            message["tool_calls"] = _tool_call_json(Delta(tool_calls=stream.calls))
+        entry = {
+            "index": index,
+            "message": message,
+            "logprobs": fmt.chat(stream.tokens),
+            "finish_reason": job.finish_reason(index, out, chat=True),
+        }
+        if job.params.return_token_ids:
+            entry["token_ids"] = list(out.ids)
+        return entry
+
+    async def respond(self, request: Any, kind: str) -> Any:
+        from starlette.responses import JSONResponse, StreamingResponse
+
+        try:
+            body, params, model = await self.body(request, kind)
+            chat = chat_prompt(self.tokenizer, body) if kind == "chat" else None
+            prompts = [chat.ids] if chat else self.prompts(body)
+            job = _Job(self, prompts, params, chat)
+            fmt = LogprobFormatter(self.tokenizer, params)
+            head = {
+                "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+                "created": int(time.time()),
+                "model": model,
+            }
+            if params.stream:
+                return StreamingResponse(
+                    self.events(job, head, fmt, chat is not None), media_type="text/event-stream"
+                )
+            outputs = await job.outputs()
+        except ApiError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status)
+        make = self.chat_choice if chat else self.completion_choice
+        return JSONResponse(
+            {
+                **head,
+                "object": "chat.completion" if chat else "text_completion",
+                "choices": [make(job, i, o, fmt) for i, o in enumerate(outputs)],
+                "usage": job.usage(outputs),
+            }
+        )
+
+    async def events(
+        self, job: _Job, head: dict[str, Any], fmt: LogprobFormatter, chat: bool
+    ) -> AsyncIterator[str]:
+        """Server-sent events: role deltas, content/tool-call deltas, a finish chunk per choice, usage, [DONE]."""
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        usage = {"usage": None} if job.params.include_usage else {}
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+            return f"data: {json.dumps({**head, 'object': obj, 'choices': choices, **usage, **extra})}\n\n"
+
+        texts = [0] * len(job.streams)  # characters sent per choice (completions text_offset)
+        outputs: dict[int, GenerationOutput] = {}
+        try:
+            if chat:
+                for i in range(len(job.streams)):
+                    yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                  "finish_reason": None}])  # fmt: skip
+            while len(outputs) < len(job.streams):
+                index, item = await job.queue.get()
+                if isinstance(item, BaseException):
+                    message = (
+                        str(item) if isinstance(item, GeneratorError) else f"generation failed: {item!r}"
+                    )
+                    yield f"data: {json.dumps(ApiError(400, message).body())}\n\n"
+                    break
+                if isinstance(item, GenerationOutput):
+                    outputs[index] = item
+                    reason = job.finish_reason(index, item, chat)
+                    yield chunk([{"index": index, **({"delta": {}} if chat else {"text": ""}), "logprobs": None,
+                                  "finish_reason": reason}])  # fmt: skip
+                    continue
+                if not (item.content or item.tool_calls or item.tokens):
+                    continue
+                if chat:
+                    delta: dict[str, Any] = {}
+                    if item.content:
+                        delta["content"] = item.content
+                    if item.tool_calls:
+                        delta["tool_calls"] = _tool_call_json(item)
+                    choice = {
+                        "index": index,
+                        "delta": delta,
+                        "logprobs": fmt.chat(item.tokens),
+                        "finish_reason": None,
+                    }
+                else:
+                    logprobs = fmt.completion(item.tokens, texts[index])
+                    texts[index] += len(item.content)
+                    choice = {
+                        "index": index,
+                        "text": item.content,
+                        "logprobs": logprobs,
+                        "finish_reason": None,
+                    }
+                yield chunk([choice])
+            else:
+                if job.params.include_usage:
+                    usage = {}
+                    yield chunk([], usage=job.usage([outputs[i] for i in sorted(outputs)]))
+            yield "data: [DONE]\n\n"
+        finally:
+            if len(outputs) < len(job.streams):
+                job.abandon()  # the client went away (or generation failed): free the batch rows
+
+
+def build_app(
+    generator: Generator,
+    tokenizer: Any,
+    model_name: str | list[str],
+    *,
+    default_max_tokens: int = 256,
+    model_info: dict[str, Any] | None = None,
+) -> Any:
+    """The Starlette app (separate from :func:`serve` so tests run it on a free port).
+
+    ``model_name``: the name(s) clients may ask for; the first is the one ``/v1/models`` lists first.
+    ``model_info``: extra fields of each ``/v1/models`` entry (vLLM's ``root``: the weights,
+    ``parent``: the base model of an adapter, whose tokenizer a client loads).
+    """
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    batcher = Batcher(generator)
-
-    def piece(token_id: int, as_ids: bool) -> str:
-        return f"token_id:{token_id}" if as_ids else tokenizer.decode([token_id])
-
-    def choice(index: int, out: GenerationOutput, body: dict[str, Any]) -> dict[str, Any]:
-        visible = [t for t in out.ids if t not in generator_stop]  # text omits the EOS, like vLLM
-        entry: dict[str, Any] = {
-            "index": index,
-            "text": tokenizer.decode(visible),
-            "finish_reason": out.finish_reason,
-            "logprobs": None,
-        }
-        if body.get("logprobs") is not None:
-            as_ids = bool(body.get("return_tokens_as_token_ids"))
-            entry["logprobs"] = {
-                "tokens": [piece(t, as_ids) for t in out.ids],
-                "token_logprobs": list(out.logprobs),
-                "top_logprobs": None,
-                "text_offset": None,
-            }
-        if body.get("return_token_ids"):
-            entry["token_ids"] = list(out.ids)
-        if body.get("return_entropy") and out.entropy is not None:
-            entry["entropy"] = list(out.entropy)
-        return entry
-
-    generator_stop = set(getattr(generator, "stop_ids", ()))
-
-    async def parse(request: Request) -> dict[str, Any] | Any:
-        try:
-            body = await request.json()
-        except ValueError:
-            return _error(400, "the body is not valid JSON")
-        if not isinstance(body, dict):
-            return _error(400, "the body must be a JSON object")
-        if int(body.get("n", 1)) != 1:
-            return _error(400, "only n=1 is supported; send several requests instead")
-        return body
-
-    async def run(prompts: list[list[int]], body: dict[str, Any]) -> list[GenerationOutput] | Any:
-        try:
-            sampling = _sampling(body, default_max_tokens)
-        except (ConfigError, TypeError, ValueError) as exc:
-            return _error(400, f"bad sampling parameters: {exc}")
-        try:
-            return list(await asyncio.gather(*(batcher.submit(p, sampling) for p in prompts)))
-        except GeneratorError as exc:
-            return _error(400, str(exc))
+    names = [model_name] if isinstance(model_name, str) else list(model_name)
+    server = _Server(generator, tokenizer, names, default_max_tokens)
 
     async def completions(request: Request) -> Any:
-        body = await parse(request)
-        if not isinstance(body, dict):
-            return body
-        prompt = body.get("prompt")
-        if isinstance(prompt, str):
-            prompts = [tokenizer.encode(prompt, add_special_tokens=False)]
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            prompts = [prompt]
-        elif isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
-            prompts = prompt
-        elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-            prompts = [tokenizer.encode(p, add_special_tokens=False) for p in prompt]
-        else:
-            return _error(400, "prompt must be a string, a list of token ids, or a list of those")
-        outputs = await run(prompts, body)
-        if not isinstance(outputs, list):
-            return outputs
-        completion_tokens = sum(len(o.ids) for o in outputs)
-        prompt_tokens = sum(len(p) for p in prompts)
-        return JSONResponse(
-            {
-                "id": f"cmpl-{uuid.uuid4().hex}",
-                "object": "text_completion",
-                "created": int(time.time()),
-                "model": model_name,
-                "choices": [choice(i, o, body) for i, o in enumerate(outputs)],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
-            }
-        )
+        return await server.respond(request, "completions")
 
     async def chat(request: Request) -> Any:
-        body = await parse(request)
-        if not isinstance(body, dict):
-            return body
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            return _error(400, "messages must be a non-empty list")
-        try:
-            prompt = tokenizer.apply_chat_template(
-                messages,
-                tools=body.get("tools"),
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
-            )
-        except Exception as exc:  # noqa: BLE001 - jinja errors on user input become a 400
-            return _error(400, f"cannot render messages with the chat template: {exc}")
-        outputs = await run([list(prompt)], body)
-        if not isinstance(outputs, list):
-            return outputs
-        out = outputs[0]
-        visible = [t for t in out.ids if t not in generator_stop]
-        return JSONResponse(
-            {
-                "id": f"chatcmpl-{uuid.uuid4().hex}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": model_name,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": tokenizer.decode(visible)},
-                        "finish_reason": out.finish_reason,
-                        "token_ids": list(out.ids) if body.get("return_token_ids") else None,
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": len(prompt),
-                    "completion_tokens": len(out.ids),
-                    "total_tokens": len(prompt) + len(out.ids),
-                },
-            }
-        )
+        return await server.respond(request, "chat")
 
     async def models(request: Request) -> Any:
-        return JSONResponse(
-            {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "agentrl"}]}
-        )
+        created = int(time.time())
+        card = {"object": "model", "created": created, "owned_by": "agentrl", **(model_info or {})}
+        data = [{"id": n, **card} for n in names]
+        return JSONResponse({"object": "list", "data": data})
 
     async def health(request: Request) -> Any:
-        return JSONResponse({"status": "ok", "model": model_name, "requests": batcher.requests})
+        return JSONResponse({"status": "ok", "model": names[0], "requests": server.batcher.requests})
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> Any:
         yield
-        await batcher.stop()
+        await server.batcher.stop()
 
     app = Starlette(
         routes=[
@@ -200,7 +340,7 @@ def build_app(generator: Generator, tokenizer: Any, model_name: str, *, default_
         ],
         lifespan=lifespan,
     )
-    app.state.batcher = batcher
+    app.state.batcher = server.batcher
     return app
 
 
@@ -216,7 +356,7 @@ class BackgroundServer:
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
         sockets = [listen_socket(host, port)]
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": sockets}, name="agentrl-serve",
-                                       daemon=True)
+                                       daemon=True)  # fmt: skip
         self.host = host
 
     def __enter__(self) -> BackgroundServer:
@@ -247,14 +387,59 @@ def serve(
     port: int = 8000,
     adapter: str | None = None,
     dtype: str = "float32",
+    *,
+    engine: str = "hf",
+    served_model_name: str | None = None,
+    max_tokens: int | None = None,
+    vllm_args: list[str] | None = None,
 ) -> None:
-    """Load ``model`` (+ ``adapter``) and serve it over HTTP until interrupted (``agentrl serve``)."""
+    """Serve ``model`` (+ ``adapter``) over HTTP until interrupted (``agentrl serve``).
+
+    ``engine="hf"``: this server over the HF generator (CPU, or one GPU without vLLM);
+    ``engine="vllm"``: vLLM's own server (:mod:`agentrl.rollout.vllm_server`). The model is listed
+    as ``served_model_name``, else the adapter's folder name, else ``model``.
+    """
+    from agentrl.errors import ConfigError
+    from agentrl.rollout.vllm_server import adapter_name, run_vllm_server, vllm_command
+
+    if engine == "vllm":
+        if max_tokens is not None:
+            raise ConfigError("--max-tokens", "applies to the hf engine only", "drop it with --engine vllm")
+        vllm_dtype = "bfloat16" if dtype == "float32" else dtype  # vLLM serves in half precision
+        run_vllm_server(
+            vllm_command(
+                model,
+                host=host,
+                port=port,
+                adapter=adapter,
+                dtype=vllm_dtype,
+                served_model_name=served_model_name,
+                extra_args=vllm_args,
+            )
+        )
+        return
+    if engine != "hf":
+        raise ConfigError("--engine", f"must be hf or vllm, got {engine!r}")
+    if vllm_args:
+        raise ConfigError("--vllm-arg", "only applies with --engine vllm", "drop it or add --engine vllm")
     import uvicorn
 
     from agentrl.rollout.generators.hf import HFGenerator
     from agentrl.rollout.model import load_model
 
+    max_tokens = max_tokens or 256
+
+    name = served_model_name or (adapter_name(adapter) if adapter else model)
     lm, tokenizer = load_model(model, dtype=dtype, adapter=adapter)
-    app = build_app(HFGenerator(lm, tokenizer), tokenizer, model)
-    print(f"agentrl serve: {model} on http://{host}:{port}/v1 (completions with token ids; chat completions)")
-    uvicorn.Server(uvicorn.Config(app, log_level="info", lifespan="on")).run(sockets=[listen_socket(host, port)])
+    info = {"root": adapter or model, "parent": model if adapter else None}
+    app = build_app(
+        HFGenerator(lm, tokenizer), tokenizer, name, default_max_tokens=max_tokens, model_info=info
+    )
+    print(
+        f"agentrl serve: engine=hf model={model} adapter={adapter} dtype={dtype} served as {name!r} "
+        f"(default max_tokens={max_tokens}) on http://{host}:{port}/v1",
+        flush=True,
+    )
+    uvicorn.Server(uvicorn.Config(app, log_level="info", lifespan="on")).run(
+        sockets=[listen_socket(host, port)]
+    )

@@ -15,6 +15,7 @@ random stream as one that was never interrupted.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from pathlib import Path
@@ -22,6 +23,24 @@ from typing import Any
 
 import numpy as np
 import torch
+
+
+def seed_everything(seed: int, *, strict: bool = False) -> None:
+    """Seed Python, NumPy and torch; with ``strict``, also make torch refuse nondeterministic kernels.
+
+    CPU runs are bit-reproducible without ``strict`` (same machine, same thread count). On GPU,
+    some kernels (atomics in scatter/index_add backward, cuBLAS split-K) are not; ``strict`` turns
+    on ``torch.use_deterministic_algorithms`` (an op without a deterministic kernel then raises
+    instead of silently differing), deterministic cuDNN, and cuBLAS's fixed workspace.
+    """
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if strict:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
 
 
 def rng_state() -> dict[str, Any]:
@@ -49,12 +68,19 @@ def checkpoint_root(out_dir: str | Path) -> Path:
 
 
 def latest_checkpoint(out_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint folder under ``out_dir``, or None."""
-    marker = checkpoint_root(out_dir) / "latest"
-    if not marker.exists():
-        return None
-    path = checkpoint_root(out_dir) / marker.read_text().strip()
-    return path if path.is_dir() else None
+    """The newest complete checkpoint folder under ``out_dir``, or None.
+
+    ``latest`` names it; if that folder is gone (a kill between replacing a folder and updating
+    the marker), the newest ``step-*`` folder is used: folders get that name only when complete.
+    """
+    root = checkpoint_root(out_dir)
+    marker = root / "latest"
+    if marker.exists():
+        path = root / marker.read_text().strip()
+        if path.is_dir():
+            return path
+    done = sorted(p for p in root.glob("step-*") if p.is_dir()) if root.is_dir() else []
+    return done[-1] if done else None
 
 
 def save_checkpoint(out_dir: str | Path, step: int, engine: Any, trainer_state: dict[str, Any],
@@ -101,4 +127,11 @@ def load_checkpoint(path: str | Path, engine: Any) -> tuple[int, dict[str, Any]]
     return int(record["step"]), record["trainer"]
 
 
-__all__ = ["latest_checkpoint", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state"]
+__all__ = [
+    "latest_checkpoint",
+    "load_checkpoint",
+    "rng_state",
+    "save_checkpoint",
+    "seed_everything",
+    "set_rng_state",
+]

@@ -1,11 +1,18 @@
-"""Batch fields on demand: the adapter between episodes and the objectives library.
+"""Producers: the one registry of every tensor an objective may read, and who makes it.
 
-Estimators and losses in :mod:`agentrl.algos` read canonical fields from a mapping (``outcome``,
-``group_id``, ``turn_id``, ``entropy``, ``values``, ``gt_logprob``, ...). Each field has a builder
-registered here by name; :class:`LazyBatch` builds a field the first time an objective reads it
-and caches it. So GRPO never pays for IGPO's ground-truth scoring pass, GAE asks for ``values``
-only when it runs, and adding an estimator that needs a new input means registering one builder,
-never an ``if advantage == ...`` in the trainer.
+Estimators and losses in :mod:`agentrl.algos` declare their needs by canonical name
+(``outcome``, ``group_id``, ``turn_id``, ``entropy``, ``values``, ``gt_logprob``, ...). Each name
+has exactly one :class:`Producer` registered here: a batch builder (from the padded
+:class:`~agentrl.trajectory.TokenBatch`), a rollout record (from the episodes), a learner pass
+(a forward of the model) or a scorer, with the config setting that enables it. TokenBatch names
+are renamed here and nowhere else (``old_logprobs`` -> ``old_logp``, ``row_episode`` ->
+``row_rollout``, ``source`` -> ``token_kind``).
+
+:func:`objective_plan` resolves a config's estimator and loss (presets fill only unset options;
+explicit values win) and refuses, before anything runs, a need with no producer under the config
+(naming the producer and the setting that provides it), an option the objective does not take,
+and an unpairable estimator/loss combination. :class:`LazyBatch` builds a field the first time an
+objective reads it, so GRPO never pays for IGPO's gold-answer scoring pass.
 """
 
 from __future__ import annotations
@@ -20,14 +27,15 @@ from torch import Tensor
 
 from agentrl.errors import ConfigError
 from agentrl.registry import Registry
-from agentrl.trajectory import Episode, Source, TokenBatch, turn_table
+from agentrl.trajectory import Episode, TokenBatch, turn_table
 
 BATCH_FIELDS = Registry("batch field")
+KINDS = ("batch builder", "rollout record", "learner pass", "scorer")
 
 
 @dataclass
 class StepData:
-    """Everything a builder may read for one training step.
+    """Everything a producer may read for one training step.
 
     Attributes:
         episodes: the step's episodes (failed ones already removed); rollout index = position.
@@ -35,6 +43,7 @@ class StepData:
         old: outputs of the no-grad pass before the update (``logp``, ``entropy``, ``values``).
         config: the RunConfig.
         ig_scorer: ``callable(episodes) -> [R, K+1]`` gold-answer confidences (IGPO), or None.
+        engine: the learner engine, for producers that run a learner pass (``full_ctx_logp``).
     """
 
     episodes: list[Episode]
@@ -43,6 +52,56 @@ class StepData:
     config: Any
     ig_scorer: Callable[[list[Episode]], Tensor] | None = None
     extra: dict[str, Tensor] = field(default_factory=dict)
+    engine: Any = None
+
+
+def _always(_: Any) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Producer:
+    """The one producer of batch field ``name``.
+
+    ``shape`` uses ``B`` rows, ``L`` tokens, ``R`` rollouts, ``K`` turns. ``build`` is None for
+    fields the update itself produces (``logp``, ``values``: its forward pass). ``available(config)``
+    says whether this config enables it; ``setting`` is the override that does.
+    """
+
+    name: str
+    kind: str
+    shape: str
+    doc: str
+    build: Callable[[StepData], Tensor] | None = None
+    setting: str = ""
+    available: Callable[[Any], bool] = _always
+
+    def __call__(self, step: StepData) -> Tensor:
+        if self.build is None:
+            raise KeyError(f"'{self.name}' is produced by the update's own forward pass, not built ahead")
+        return self.build(step)
+
+
+def producer(name: str, kind: str, shape: str, *, setting: str = "",
+             available: Callable[[Any], bool] = _always) -> Callable[[Callable[[StepData], Tensor]], Producer]:  # fmt: skip
+    """Decorator: register ``fn`` (its docstring is the doc) as the one producer of ``name``."""
+    assert kind in KINDS, kind
+
+    def register(fn: Callable[[StepData], Tensor]) -> Producer:
+        doc = (fn.__doc__ or name).strip().splitlines()[0].rstrip(".")
+        entry = Producer(name, kind, shape, doc, fn, setting, available)
+        BATCH_FIELDS.register(name, entry)
+        return entry
+
+    return register
+
+
+def field_builder(name: str) -> Callable[[Callable[[StepData], Tensor]], Producer]:
+    """Register a batch builder for ``name`` (shape unspecified); see :func:`producer`."""
+    return producer(name, "batch builder", "?")
+
+
+BATCH_FIELDS.register("logp", Producer("logp", "learner pass", "[B, L]", "current policy log-probs (the update's forward, with grad)"))  # fmt: skip
 
 
 class LazyScores(Mapping[str, Tensor | None]):
@@ -76,18 +135,20 @@ class LazyScores(Mapping[str, Tensor | None]):
 
 
 class LazyBatch(Mapping[str, Tensor]):
-    """Mapping whose values are built by :data:`BATCH_FIELDS` builders the first time they are read."""
+    """Mapping whose values are built by their :data:`BATCH_FIELDS` producers the first time they are read."""
 
     def __init__(self, step: StepData):
         self.step = step
         self._cache: dict[str, Tensor] = dict(step.extra)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._cache or (isinstance(name, str) and name in BATCH_FIELDS)
+        if name in self._cache:
+            return True
+        return isinstance(name, str) and name in BATCH_FIELDS and BATCH_FIELDS.get(name).build is not None
 
     def __getitem__(self, name: str) -> Tensor:
         if name not in self._cache:
-            if name not in BATCH_FIELDS:
+            if name not in self:
                 raise KeyError(name)
             self._cache[name] = BATCH_FIELDS.get(name)(self.step)
         return self._cache[name]
@@ -103,39 +164,68 @@ class LazyBatch(Mapping[str, Tensor]):
         return dict(self._cache)
 
 
-def field_builder(name: str) -> Callable[[Callable[[StepData], Tensor]], Callable[[StepData], Tensor]]:
-    """Decorator: register the builder of batch field ``name``."""
-    return BATCH_FIELDS.register(name)
-
-
 # --------------------------------------------------------------------------- per token [B, L]
-@field_builder("loss_mask")
+def _critic(config: Any) -> bool:
+    return bool(config.algo.critic)
+
+
+@producer("loss_mask", "batch builder", "[B, L]")
 def _loss_mask(step: StepData) -> Tensor:
-    return step.tokens.loss_mask
+    """1 on trainable tokens; rows of rollouts the estimator excludes (SUPO's unfinished) are all 0."""
+    mask = step.tokens.loss_mask
+    estimator = objective_plan(step.config).estimator
+    keep = estimator.row_keep(_RowView(step), objective_plan(step.config).advantage_options)
+    if keep is None:
+        return mask
+    from agentrl.algos.shaping import rollout_row_mask
+
+    return rollout_row_mask(keep, step.tokens.row_episode, mask).to(mask.dtype)
 
 
-@field_builder("turn_id")
+class _RowView(LazyBatch):
+    """A LazyBatch whose ``loss_mask`` is the raw one (breaks the loss_mask -> estimator cycle)."""
+
+    def __init__(self, step: StepData):
+        super().__init__(step)
+        self._cache["loss_mask"] = step.tokens.loss_mask
+
+
+@producer("turn_id", "batch builder", "[B, L]")
 def _turn_id(step: StepData) -> Tensor:
+    """Turn index of each generated token, -1 elsewhere."""
     return step.tokens.turn_id
 
 
-@field_builder("old_logp")
+@producer("token_kind", "batch builder", "[B, L]")
+def _token_kind(step: StepData) -> Tensor:
+    """agentrl.trajectory.Source code of each token (SUMMARY 3, MODEL 1, ...; -1 on padding)."""
+    return step.tokens.source
+
+
+@producer("old_logp", "learner pass", "[B, L]", setting="algo.old_logprobs")
 def _old_logp(step: StepData) -> Tensor:
+    """behaviour log-probs: the pre-update pass over each row (algo.old_logprobs=recompute) or the sampler's.
+
+    A row is exactly the (folded) context its turns were generated in (summary restarts and
+    branches start new rows), so either way each turn's old log-prob is under its own folded
+    context.
+    """
     if step.config.algo.old_logprobs == "sampler":
         return step.tokens.old_logprobs
     return step.old["logp"]
 
 
-@field_builder("entropy")
+@producer("entropy", "learner pass", "[B, L]")
 def _entropy(step: StepData) -> Tensor:
-    """Rollout-policy entropy: the sampler's when it recorded one, else the pre-update pass."""
+    """rollout-policy entropy: the sampler's when it recorded one, else the pre-update pass."""
     if step.tokens.entropy is not None:
         return step.tokens.entropy
     return step.old["entropy"]
 
 
-@field_builder("values")
+@producer("values", "learner pass", "[B, L]", setting="algo.critic=true", available=_critic)
 def _values(step: StepData) -> Tensor:
+    """critic values from the pre-update pass (value head)."""
     if step.old.get("values") is None:
         raise ConfigError(
             "algo.critic",
@@ -145,27 +235,29 @@ def _values(step: StepData) -> Tensor:
     return step.old["values"]
 
 
-@field_builder("old_values")
+@producer("old_values", "learner pass", "[B, L]", setting="algo.critic=true", available=_critic)
 def _old_values(step: StepData) -> Tensor:
+    """critic values before the update (value clipping)."""
     return _values(step)
 
 
-@field_builder("process_reward")
+@producer("process_reward", "rollout record", "[B, L]", setting="rollout.folding=branch",
+          available=lambda c: c.rollout.folding == "branch")  # fmt: skip
 def _process_reward(step: StepData) -> Tensor:
+    """FoldGRPO per-token process rewards Q recorded by the folding rollout (TokenBatch.process_reward)."""
     return step.tokens.process_reward
 
 
-@field_builder("token_kind")
-def _token_kind(step: StepData) -> Tensor:
-    """FoldAct kinds: summary tokens 4, other generated tokens 0, everything else 3 (observation)."""
-    source = step.tokens.source
-    kind = torch.full_like(source, 3)
-    kind[source == int(Source.MODEL)] = 0
-    kind[source == int(Source.SUMMARY)] = 4
-    return kind
+@producer("full_ctx_logp", "learner pass", "[B, L]", setting="rollout.folding=summary",
+          available=lambda c: c.rollout.folding == "summary")  # fmt: skip
+def _full_ctx_logp(step: StepData) -> Tensor:
+    """log-probs under the full unfolded context, no grad (agentrl.train.fullctx; NaN = turn dropped)."""
+    from agentrl.train.fullctx import full_context_logprobs
+
+    return full_context_logprobs(step)
 
 
-@field_builder("token_rewards")
+@producer("token_rewards", "rollout record", "[B, L]")
 def _token_rewards(step: StepData) -> Tensor:
     """GAE rewards: each turn's env reward on its last generated token; the outcome on the last turn's.
 
@@ -188,25 +280,34 @@ def _token_rewards(step: StepData) -> Tensor:
 
 
 # --------------------------------------------------------------------------- per row [B] / rollout [R]
-@field_builder("row_rollout")
+@producer("row_rollout", "batch builder", "[B]")
 def _row_rollout(step: StepData) -> Tensor:
+    """rollout (episode) index of each row (TokenBatch.row_episode)."""
     return step.tokens.row_episode
 
 
-@field_builder("outcome")
+@producer("seq_id", "batch builder", "[B]")
+def _seq_id(step: StepData) -> Tensor:
+    """per-rollout normaliser id of each row: its rollout (algo.agg_unit=rollout)."""
+    return step.tokens.row_episode
+
+
+@producer("outcome", "rollout record", "[R]")
 def _outcome(step: StepData) -> Tensor:
+    """outcome reward of each rollout."""
     return torch.tensor([float(ep.outcome) for ep in step.episodes], dtype=torch.float32)
 
 
-@field_builder("group_id")
+@producer("group_id", "rollout record", "[R]")
 def _group_id(step: StepData) -> Tensor:
+    """prompt group of each rollout."""
     ids: dict[str, int] = {}
     return torch.tensor([ids.setdefault(ep.group_id or ep.episode_id, len(ids)) for ep in step.episodes])
 
 
-@field_builder("finished")
+@producer("finished", "rollout record", "[R]")
 def _finished(step: StepData) -> Tensor:
-    """SUPO: a rollout is finished when it ended on its own (not cut by a budget)."""
+    """SUPO: a rollout is finished when it ended on its own (not cut by a summary/step/context limit)."""
     return torch.tensor([bool(ep.terminated and not ep.truncated) for ep in step.episodes])
 
 
@@ -226,12 +327,13 @@ def _per_row_turns(step: StepData, value: Callable[[Any], float]) -> Tensor:
     return out
 
 
-@field_builder("step_reward")
+@producer("step_reward", "rollout record", "[B, K]")
 def _step_reward(step: StepData) -> Tensor:
+    """env reward of each turn."""
     return _per_row_turns(step, lambda turn: turn.reward)
 
 
-@field_builder("anchor_id")
+@producer("anchor_id", "rollout record", "[B, K]")
 def _anchor_id(step: StepData) -> Tensor:
     """GiGPO anchor states: turns that saw the same preceding observation share an id."""
     table, _ = turn_table(step.episodes)
@@ -246,9 +348,11 @@ def _anchor_id(step: StepData) -> Tensor:
     return out
 
 
-@field_builder("gt_logprob")
+@producer(
+    "gt_logprob", "scorer", "[B, K+1]", setting="an env whose tasks carry gold answers (algo.ig_template)"
+)
 def _gt_logprob(step: StepData) -> Tensor:
-    """IGPO: ``[B, K+1]`` mean log-prob of the gold answer after 0..K turns (no gradient)."""
+    """IGPO gold-answer scorer: mean log-prob of the gold answer after 0..K turns (no gradient)."""
     if step.ig_scorer is None:
         raise ConfigError(
             "algo.advantage",
@@ -259,4 +363,9 @@ def _gt_logprob(step: StepData) -> Tensor:
     return per_rollout[step.tokens.row_episode]
 
 
-__all__ = ["BATCH_FIELDS", "LazyBatch", "LazyScores", "StepData", "field_builder"]
+from agentrl.train.plan import ObjectivePlan, objective_plan  # noqa: E402  (the plan reads BATCH_FIELDS)
+
+__all__ = [
+    "BATCH_FIELDS", "LazyBatch", "LazyScores", "ObjectivePlan", "Producer", "StepData", "field_builder",
+    "objective_plan", "producer",
+]  # fmt: skip

@@ -271,7 +271,15 @@ def freeze_below(model: nn.Module, top_layers: int) -> None:
 
 
 def build_policy(model: nn.Module, config: Any) -> Policy:
-    """A :class:`Policy` from a RunConfig: LoRA when ``model.lora_rank > 0``, critic when asked."""
+    """A :class:`Policy` from a RunConfig: LoRA when ``model.lora_rank > 0``, critic when asked.
+
+    ``train.bf16_autocast: auto`` is measured here unless the caller resolved it already (the
+    trainer does, to print and save the decision: :mod:`agentrl.train.precision`)."""
+    autocast = config.train.bf16_autocast
+    if not isinstance(autocast, bool):
+        from agentrl.train.precision import resolve_bf16
+
+        autocast = resolve_bf16(autocast, model, rows=config.train.micro_batch_size).bf16
     if config.model.lora_rank > 0 and not is_peft(model):
         model = add_lora(
             model,
@@ -290,7 +298,7 @@ def build_policy(model: nn.Module, config: Any) -> Policy:
         critic=config.algo.critic,
         logprob_impl=config.train.logprob_impl,
         temperature=config.rollout.temperature,
-        autocast=config.train.bf16_autocast,
+        autocast=autocast,
     )
 
 

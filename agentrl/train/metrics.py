@@ -40,7 +40,10 @@ class MetricsLogger:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl = self.out_dir / "metrics.jsonl"
         if resume and self.jsonl.exists():
-            self.history = [json.loads(line) for line in self.jsonl.read_text().splitlines() if line.strip()]
+            lines = [line for line in self.jsonl.read_text().splitlines() if line.strip()]
+            if lines and not lines[-1].endswith("}"):
+                lines.pop()  # a record torn by a kill mid-write; the resumed run writes it again
+            self.history = [json.loads(line) for line in lines]
         elif self.jsonl.exists():
             self.jsonl.unlink()
         if tensorboard:

@@ -12,6 +12,7 @@ algorithm's name: estimators, losses and KL come from ``agentrl.registry`` and t
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import time
 from pathlib import Path
@@ -19,17 +20,22 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
 from agentrl.config import RunConfig, load_config, to_dict
 from agentrl.errors import AgentRLError, ConfigError
-from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agentrl.rollout.generators.base import derive_seed
+from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, seed_everything
 from agentrl.train.engines import make_engine, world
 from agentrl.train.fields import LazyScores, StepData
 from agentrl.train.igscore import GoldAnswerScorer, learner_continuation_scorer
 from agentrl.train.learner import build_policy, is_peft
 from agentrl.train.metrics import MetricsLogger
+from agentrl.train.plan import objective_plan
+from agentrl.train.precision import resolve_bf16
+from agentrl.train.progress import RunProgress
 from agentrl.train.update import compute_advantages, ppo_update, score_tokens
-from agentrl.trajectory import Episode, build_batch
+from agentrl.trajectory import Episode, build_batch, write_jsonl
 
 
 # --------------------------------------------------------------------------- pieces of the loop
@@ -125,14 +131,14 @@ class Rollouts:
         probe.close()
         self.config, self.generator, self.tokenizer = config, generator, tokenizer
         self.runner_config = RunnerConfig.from_rollout(
-            config.rollout, env_max_turns=env_cfg.max_turns, progress=False
+            config.rollout, env_max_turns=env_cfg.max_turns, progress=False, lockstep=config.train.deterministic
         )
 
     def run(self, tasks: list[Any], *, seed: int, version: int, group_size: int, temperature: float | None = None,
-            out_path: Path | None = None) -> tuple[list[Episode], dict[str, float]]:  # fmt: skip
+            out_path: Path | None = None, on_episode: Any = None) -> tuple[list[Episode], dict[str, float]]:  # fmt: skip
         from agentrl.rollout.runner import RunStats, run_episodes
 
-        runner_config = dataclasses.replace(self.runner_config, group_size=group_size)
+        runner_config = dataclasses.replace(self.runner_config, group_size=group_size, on_episode=on_episode)
         if temperature is not None:
             runner_config = dataclasses.replace(
                 runner_config, agent=dataclasses.replace(runner_config.agent, temperature=temperature)
@@ -144,7 +150,7 @@ class Rollouts:
         )  # fmt: skip
         return episodes, stats.as_metrics()
 
-    def demonstrations(self, count: int, oracle: str, seed: int) -> list[Episode]:
+    def demonstrations(self, count: int, oracle: str, seed: int, on_episode: Any = None) -> list[Episode]:
         from agentrl.rollout.runner import run_oracle_episodes
         from agentrl.train.sft import load_oracle
 
@@ -154,7 +160,7 @@ class Rollouts:
         agent = dataclasses.replace(
             self.runner_config.agent, max_new_tokens=max(self.runner_config.agent.max_new_tokens, 512)
         )
-        config = dataclasses.replace(self.runner_config, agent=agent, group_size=1)
+        config = dataclasses.replace(self.runner_config, agent=agent, group_size=1, on_episode=on_episode)
         return run_oracle_episodes(self.episode_env, tasks, oracle_cls, self.tokenizer, config, seed=seed)
 
 
@@ -182,17 +188,23 @@ def train(config: RunConfig) -> dict[str, Any]:
     train_cfg, algo = config.train, config.algo
     if train_cfg.num_threads > 0:
         torch.set_num_threads(train_cfg.num_threads)
-    random.seed(train_cfg.seed)
-    np.random.seed(train_cfg.seed)
-    torch.manual_seed(train_cfg.seed)
+    seed_everything(train_cfg.seed, strict=train_cfg.deterministic)
     out_dir = Path(train_cfg.out_dir)
     resume_from = latest_checkpoint(out_dir) if train_cfg.resume else None
+    rank0 = world()[0] == 0
+    progress = RunProgress(out_dir, enabled=rank0, append=resume_from is not None)
 
     # model, policy (LoRA, critic), generator over the live model, env tasks
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_model(
-        config.model.name, dtype=config.model.dtype, adapter=config.model.adapter, device=device
-    )
+    with progress.phase("model load", per_step=False):
+        model, tokenizer = load_model(
+            config.model.name, dtype=config.model.dtype, adapter=config.model.adapter, device=device
+        )
+    # train.bf16_autocast: auto -> measured on this machine (agentrl.train.precision); saved resolved
+    precision = resolve_bf16(train_cfg.bf16_autocast, model, rows=train_cfg.micro_batch_size)
+    config = dataclasses.replace(config, train=dataclasses.replace(train_cfg, bf16_autocast=precision.bf16))
+    train_cfg = config.train
+    progress.print(precision.line())
     policy = build_policy(model, config)
     if algo.kl_coef > 0:
         policy.prepare_reference()
@@ -207,21 +219,39 @@ def train(config: RunConfig) -> dict[str, Any]:
             base_url=config.rollout.base_url,
         )  # fmt: skip
     rollouts = Rollouts(config, generator, tokenizer)
-    rank0 = world()[0] == 0
     logger = MetricsLogger(out_dir, enabled=rank0, wandb=train_cfg.wandb, run_config=to_dict(config),
-                           resume=resume_from is not None)  # fmt: skip
-    evaluate = _evaluator(config, rollouts, policy, logger)
+                           resume=resume_from is not None, console=progress.console)  # fmt: skip
+    if rank0:
+        resolved = yaml.safe_dump(to_dict(config), sort_keys=False)  # auto settings resolved
+        (out_dir / "resolved_config.yaml").write_text(resolved)
+    if config.rollout.folding == "branch":
+        from agentrl.rollout.process_rewards import describe
+
+        logger.console.print(describe(config.rollout))
+    evaluate = _evaluator(config, rollouts, policy, logger, progress)
+    objective = objective_plan(config).summary()  # resolved options: printed now, saved in summary.json
+    logger.console.print(f"objective: {json.dumps(objective)}")
 
     # supervised warm-up on oracle demonstrations (fresh runs only: a checkpoint already has it)
     if resume_from is None and train_cfg.sft_warmup_steps > 0:
         from agentrl.train.sft import sft_warmup
 
         t0 = time.perf_counter()
-        demos = rollouts.demonstrations(train_cfg.sft_demos, train_cfg.oracle, train_cfg.seed)
+        wanted = min(train_cfg.sft_demos, len(rollouts.train_tasks))
+        with progress.phase("warm-up demonstrations", wanted, unit="episode", per_step=False) as phase:
+            demos = rollouts.demonstrations(train_cfg.sft_demos, train_cfg.oracle, train_cfg.seed,
+                                            on_episode=phase.on_episode("success"))  # fmt: skip
         logger.console.print(f"warm-up: {sum(not d.failed and d.outcome > 0 for d in demos)} demonstrations")
-        losses = sft_warmup(policy, demos, steps=train_cfg.sft_warmup_steps, lr=train_cfg.sft_lr,
-                            batch_size=train_cfg.sft_batch_size, micro_batch_size=train_cfg.micro_batch_size,
-                            seed=train_cfg.seed, pad_id=pad_id, max_grad_norm=train_cfg.max_grad_norm)  # fmt: skip
+        sft_steps = train_cfg.sft_warmup_steps
+        with progress.phase("warm-up", sft_steps) as phase:
+            # warm-up steps are logged at steps -sft_steps .. -1 (RL starts at 1), so curve.png shows them
+            def sft_log(i: int, values: dict[str, float]) -> None:
+                logger.log(i - sft_steps, values)
+                phase.advance(loss=values["sft/loss"])
+
+            losses = sft_warmup(policy, demos, steps=sft_steps, lr=train_cfg.sft_lr, log=sft_log,
+                                batch_size=train_cfg.sft_batch_size, micro_batch_size=train_cfg.micro_batch_size,
+                                seed=train_cfg.seed, pad_id=pad_id, max_grad_norm=train_cfg.max_grad_norm)  # fmt: skip
         logger.log(0, {"sft/loss_first": losses[0], "sft/loss_last": losses[-1],
                        "perf/sft_s": time.perf_counter() - t0}, echo=("sft/loss_first", "sft/loss_last"))  # fmt: skip
 
@@ -237,6 +267,7 @@ def train(config: RunConfig) -> dict[str, Any]:
         _restore_generator_rng(generator, state.get("generator_rng"))
         logger.truncate(start_step)
         logger.console.print(f"resumed from {resume_from} (step {start_step})")
+    sync_generator(engine, generator)  # a separate generator (vLLM) gets the warmed-up or resumed weights
     if "eval_before" not in state:
         state["eval_before"] = evaluate(0)
 
@@ -247,10 +278,16 @@ def train(config: RunConfig) -> dict[str, Any]:
         picked = sampler.next(config.rollout.tasks_per_step * world_size)[rank::world_size]
         policy.eval()
         t0 = time.perf_counter()
-        episodes, rollout_stats = rollouts.run(
-            [rollouts.train_tasks[i] for i in picked], seed=train_cfg.seed * 100_003 + step, version=step,
-            group_size=config.rollout.group_size,
-        )  # fmt: skip
+        tag = f"step {step + 1}/{train_cfg.steps}"
+        with progress.phase(f"{tag} rollout", len(picked) * config.rollout.group_size, unit="episode",
+                            per_step=False, key="rollout") as phase:  # fmt: skip
+            episodes, rollout_stats = rollouts.run(
+                [rollouts.train_tasks[i] for i in picked], seed=derive_seed(train_cfg.seed, "rollout", step),
+                version=step, group_size=config.rollout.group_size, on_episode=phase.on_episode(),
+            )  # fmt: skip
+        if train_cfg.save_episodes and rank0:
+            (out_dir / "episodes").mkdir(parents=True, exist_ok=True)
+            write_jsonl(episodes, out_dir / "episodes" / f"step-{step + 1:06d}.jsonl")
         rollout_s = time.perf_counter() - t0
         metrics = {**episode_metrics(episodes), **rollout_stats, "perf/rollout_s": rollout_s}
         kept, filter_stats = filter_episodes(episodes, config)
@@ -266,11 +303,16 @@ def train(config: RunConfig) -> dict[str, Any]:
                 if algo.kl_coef > 0
                 else None
             )
-            data = StepData(episodes=kept, tokens=tokens, old=old, config=config, ig_scorer=ig_scorer)
-            adv, returns, batch = compute_advantages(data)
+            data = StepData(
+                episodes=kept, tokens=tokens, old=old, config=config, ig_scorer=ig_scorer, engine=engine
+            )
+            with progress.phase(f"{tag} scoring", per_step=False, key="scoring"):
+                adv, returns, batch = compute_advantages(data)  # the behaviour pass runs here (lazy)
             scoring_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            update = ppo_update(engine, data, batch, adv, returns, ref, rng=torch.Generator().manual_seed(train_cfg.seed * 7919 + step))  # fmt: skip
+            with progress.phase(f"{tag} learner", per_step=False, key="learner") as phase:
+                update = ppo_update(engine, data, batch, adv, returns, ref, rng=torch.Generator().manual_seed(train_cfg.seed * 7919 + step))  # fmt: skip
+                phase.update(loss=update.get("loss", float("nan")))
             learner_s = time.perf_counter() - t0
             trained_tokens = float(tokens.loss_mask.sum()) * train_cfg.ppo_epochs  # tokens with a loss
             seq_tokens = float(tokens.attention_mask.sum()) * train_cfg.ppo_epochs  # tokens forwarded
@@ -292,21 +334,24 @@ def train(config: RunConfig) -> dict[str, Any]:
             save_checkpoint(out_dir, step + 1, engine, state)
 
     summary = {**compare_evals(state["eval_before"], evaluate(train_cfg.steps)),
-               "steps": train_cfg.steps, "out_dir": str(out_dir)}  # fmt: skip
+               "steps": train_cfg.steps, "out_dir": str(out_dir), "objective": objective}  # fmt: skip
     logger.table(
         "held-out success (same tasks before and after RL)",
         [(f"{summary['success_before']:.3f}", f"{summary['success_after']:.3f}", str(summary["eval_episodes"]),
           str(summary["gained"]), str(summary["lost"]), f"{summary['p_value']:.3g}")],
         ("before RL", "after RL", "tasks", "gained", "lost", "sign-test p"),
     )  # fmt: skip
-    logger.plot(("env/reward", "eval/success", "loss/loss", "loss/entropy"))
+    logger.plot(("sft/loss", "env/reward", "eval/success", "loss/loss", "loss/entropy"))
     logger.close()
+    progress.close()
+    summary["precision"] = precision.as_dict()
     if rank0:
-        (out_dir / "summary.json").write_text(__import__("json").dumps(summary, indent=2))
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 
-def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: MetricsLogger):
+def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: MetricsLogger,
+               progress: RunProgress):  # fmt: skip
     """``evaluate(step) -> {task_id: outcome}`` on the first ``eval_episodes`` held-out tasks (same
     ones every time); logs their mean as ``eval/success`` (held-out success: mean outcome reward,
     exact match for the search env)."""
@@ -314,8 +359,11 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
 
     def evaluate(step: int) -> dict[str, float]:
         policy.eval()
-        episodes, _ = rollouts.run(tasks, seed=10_000_019, version=step, group_size=1,
-                                   temperature=config.train.eval_temperature)  # fmt: skip
+        name = "eval before RL" if step == 0 else f"eval after step {step}"
+        with progress.phase(name, len(tasks), unit="episode", per_step=False, key="eval") as phase:
+            episodes, _ = rollouts.run(tasks, seed=10_000_019, version=step, group_size=1,
+                                       temperature=config.train.eval_temperature,
+                                       on_episode=phase.on_episode("success"))  # fmt: skip
         outcomes = {ep.task_id: 0.0 if ep.failed else float(ep.outcome) for ep in episodes}  # failures count 0
         logger.log(step, {"eval/success": float(np.mean(list(outcomes.values()))) if outcomes else 0.0,
                           "eval/failed": float(sum(ep.failed for ep in episodes))}, echo=("eval/success",))  # fmt: skip

@@ -6,8 +6,6 @@ objective reads comes from :mod:`agentrl.train.fields`; this module only moves t
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 from collections import defaultdict
 from typing import Any
 
@@ -15,19 +13,44 @@ import torch
 from torch import Tensor
 
 import agentrl.algos  # noqa: F401  (registers the objectives)
-from agentrl.algos.losses import agg_loss, clip_bias_scale
-from agentrl.config import AlgoConfig
-from agentrl.registry import ADVANTAGES, KL_ESTIMATORS, LOSSES
+from agentrl.algos.losses import agg_loss, clip_bias_scale_from_norm
+from agentrl.registry import KL_ESTIMATORS, LOSSES
 from agentrl.train.fields import LazyBatch, StepData
+from agentrl.train.plan import ObjectivePlan, objective_plan
 from agentrl.trajectory import TokenBatch
 
-# AlgoConfig fields that are also keyword options of the PPO-style losses
-_LOSS_KEYS = ("ratio", "agg", "clip_low", "clip_high")
+
+def row_chunks(rows: Tensor, size: int, groups: Tensor | None = None) -> list[Tensor]:
+    """Split a 1-D index tensor into consecutive pieces of at most ``size``.
+
+    With ``groups`` (``[B]`` group of each row, rows of a group contiguous in ``rows``) a piece
+    never splits a group: it closes before a group that would overflow it (a group larger than
+    ``size`` is a piece of its own).
+    """
+    if groups is None:
+        return [rows[i : i + size] for i in range(0, rows.numel(), size)]
+    n = rows.numel()
+    ids = groups[rows].tolist()
+    ends = [i for i in range(1, n) if ids[i] != ids[i - 1]] + [n]  # exclusive end of each group
+    pieces: list[Tensor] = []
+    start = last = 0
+    for end in ends:
+        if end - start > size and last > start:  # this group would overflow: close before it
+            pieces.append(rows[start:last])
+            start = last
+        last = end
+    if start < n:
+        pieces.append(rows[start:n])
+    return pieces
 
 
-def row_chunks(rows: Tensor, size: int) -> list[Tensor]:
-    """Split a 1-D index tensor into consecutive pieces of at most ``size``."""
-    return [rows[i : i + size] for i in range(0, rows.numel(), size)]
+def group_order(order: Tensor, groups: Tensor) -> Tensor:
+    """``order`` with the rows of each group made contiguous (groups in order of first appearance)."""
+    first: dict[int, int] = {}
+    for pos, g in enumerate(groups[order].tolist()):
+        first.setdefault(g, pos)
+    rank = torch.tensor([first[g] for g in groups[order].tolist()], dtype=torch.long)
+    return order[torch.sort(rank, stable=True).indices]
 
 
 def _slice(tokens: TokenBatch, idx: Tensor) -> tuple[Tensor, Tensor, Tensor, int]:
@@ -57,108 +80,141 @@ def score_tokens(engine: Any, tokens: TokenBatch, micro_batch_size: int, *, refe
     return out
 
 
-def loss_options(loss: Any, algo: AlgoConfig, width: int) -> dict[str, Any]:
-    """Keyword options for ``loss``: AlgoConfig fields set away from their defaults, then ``loss_options``.
-
-    A preset loss (``dapo``, ``gspo``...) keeps its presets unless the config changes that field.
-    """
-    accepted = inspect.signature(loss.fn).parameters
-    defaults = {f.name: f.default for f in dataclasses.fields(AlgoConfig)}
-    options = {k: getattr(algo, k) for k in _LOSS_KEYS if k in accepted and getattr(algo, k) != defaults[k]}
-    if "norm_constant" in accepted:
-        options["norm_constant"] = float(width)  # micro-batches are trimmed; keep Dr. GRPO's constant
-    options.update(algo.loss_options)
-    return options
-
-
-def norm_units(agg: str, mask: Tensor) -> Tensor:
-    """How much of an aggregation's normaliser ``mask`` holds: tokens, or rows that count."""
+def norm_units(agg: str, mask: Tensor, seq_id: Tensor | None = None) -> Tensor:
+    """How much of an aggregation's normaliser ``mask`` holds: tokens, or sequences that count
+    (rows, or distinct ``seq_id`` with ``agg_unit=rollout``)."""
     m = mask.bool()
     if agg == "token-mean":
         return m.sum().float()
     if agg == "constant":
-        return torch.tensor(float(m.shape[0]))
-    return m.any(dim=1).sum().float()  # seq-mean-*: sequences with at least one token
+        return torch.tensor(float(m.shape[0] if seq_id is None else seq_id.unique().numel()))
+    if seq_id is None:
+        return m.any(dim=1).sum().float()  # seq-mean-*: sequences with at least one token
+    return torch.tensor(float(seq_id[m.any(dim=1)].unique().numel()))
 
 
-def estimator_options(estimator: Any, algo: AlgoConfig) -> dict[str, Any]:
-    """``gamma``/``lam`` from the config when the estimator takes them and they are set, then ``options``."""
-    accepted = inspect.signature(estimator.fn).parameters
-    defaults = {f.name: f.default for f in dataclasses.fields(AlgoConfig)}
-    options = {
-        k: getattr(algo, k) for k in ("gamma", "lam") if k in accepted and getattr(algo, k) != defaults[k]
-    }
-    options.update(algo.options)
+def loss_options(plan: ObjectivePlan, width: int) -> dict[str, Any]:
+    """The plan's resolved loss options; an unset Dr. GRPO ``norm_constant`` is the batch width."""
+    options = dict(plan.loss_options)
+    if "norm_constant" in options and options["norm_constant"] is None:
+        options["norm_constant"] = float(width)  # micro-batches are trimmed; keep one constant
     return options
 
 
 def compute_advantages(step: StepData) -> tuple[Tensor, Tensor | None, LazyBatch]:
     """Token advantages ``[B, L]`` (and GAE returns) from the registered estimator."""
-    algo = step.config.algo
+    plan = objective_plan(step.config)
     batch = LazyBatch(step)
-    estimator = ADVANTAGES.get(algo.advantage, field="algo.advantage")
-    adv, returns = estimator.from_batch(batch, **estimator_options(estimator, algo))
+    adv, returns = plan.estimator.from_batch(batch, **plan.advantage_options)
     return adv, returns, batch
+
+
+def _rows(value: Tensor, idx: Tensor, length: int) -> Tensor:
+    """Rows ``idx`` of a per-row field (``[B]`` or ``[B, L]``, trimmed to ``length``)."""
+    return value[idx, :length] if value.dim() == 2 else value[idx]
+
+
+class _Micro:
+    """One micro-batch: the forward pass and exactly the declared needs, sliced to its rows."""
+
+    def __init__(self, engine: Any, tokens: TokenBatch, fields: dict[str, Tensor], idx: Tensor,
+                 adv: Tensor, *, module: bool = True):  # fmt: skip
+        device = engine.policy.lm.device
+        mask = tokens.attention_mask[idx]
+        self.length = length = int(mask.sum(1).max()) if idx.numel() else 1
+        loss_mask = fields["loss_mask"][idx, :length].to(device)
+        ids, attn = tokens.input_ids[idx, :length].to(device), mask[:, :length].to(device)
+        forward = engine.forward if module else engine.policy
+        self.out = forward(ids, attn, loss_mask)
+        self.inputs = {k: _rows(v, idx, length).to(device) for k, v in fields.items()}
+        self.inputs["logp"] = self.out.logp
+        self.loss_mask = loss_mask
+        self.adv = adv[idx, :length].to(device)
 
 
 def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, returns: Tensor | None,
                ref_logp: Tensor | None, *, rng: torch.Generator) -> dict[str, float]:  # fmt: skip
-    """``ppo_epochs`` passes over the step's rows in shuffled minibatches; returns mean metrics."""
+    """``ppo_epochs`` passes over the step's rows in shuffled minibatches; returns mean metrics.
+
+    Each micro-batch hands the loss exactly its declared needs. Rows with no trainable token left
+    (SUPO's unfinished rollouts) are not forwarded: they add nothing to any term or denominator.
+    With ``algo.clip_bias_correction`` the S-PPO scale ``1 / max(1, ||C||)`` is computed once per
+    optimizer step over the whole minibatch (one extra forward + backward per micro-batch), with the
+    loss's own ratio and clip options.
+    """
     config = step.config
     algo, train = config.algo, config.train
     tokens = step.tokens
     width = tokens.input_ids.shape[1]
-    loss = LOSSES.get(algo.loss, field="algo.loss")
-    options = loss_options(loss, algo, width)
-    agg = options.get("agg", loss.defaults.get("agg", "token-mean"))
+    plan = objective_plan(config)
+    loss, options = plan.loss, loss_options(plan, width)
+    agg = options.get("agg", "token-mean")
     value_loss = LOSSES.get("value") if engine.policy.value_head is not None else None
     clip_bias = LOSSES.get("clip_bias_norm") if algo.clip_bias_correction else None
     kl = KL_ESTIMATORS.get(algo.kl_kind, field="algo.kl_kind") if algo.kl_coef > 0 else None
-    needs = (set(loss.head) | set(loss.inputs)) - {"logp", "loss_mask"}
+    needs = set(plan.loss_needs) - {"logp"} | {"loss_mask"}
     if value_loss is not None:
         needs.add("old_values")
-    row_fields = {name: batch[name] for name in sorted(needs) if name in batch}
+    if options.get("agg_unit") == "rollout":
+        needs.add("seq_id")  # KL and entropy aggregate like the policy loss
+    fields = {name: batch[name] for name in sorted(needs)}
+    if clip_bias is not None:
+        bias_options = {k: v for k, v in options.items() if k in clip_bias.option_defaults()}
+    trainable = fields["loss_mask"].bool().any(dim=1)  # [B]
+    seq = fields.get("seq_id")  # [B] rollout of each row, with agg_unit=rollout
     device = engine.policy.lm.device
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
 
+    def agg_term(values: Tensor, micro: _Micro) -> Tensor:
+        return agg_loss(
+            values, micro.loss_mask, agg, seq_id=micro.inputs.get("seq_id"), norm_constant=float(width)
+        )
+
     for _epoch in range(train.ppo_epochs):
         order = torch.randperm(tokens.input_ids.shape[0], generator=rng)
-        for minibatch in row_chunks(order, train.minibatch_size):
-            mb_mask = tokens.loss_mask[minibatch]
-            total_units = engine.all_reduce_sum(norm_units(agg, mb_mask))
+        order = order[trainable[order]]
+        if seq is not None:  # a rollout's rows stay in one micro-batch: its normaliser is whole
+            order = group_order(order, seq)
+        for minibatch in row_chunks(order, train.minibatch_size, seq):
+            mb_mask = fields["loss_mask"][minibatch]
+            mb_seq = seq[minibatch] if seq is not None else None
+            total_units = engine.all_reduce_sum(norm_units(agg, mb_mask, mb_seq))
             total_tokens = engine.all_reduce_sum(norm_units("token-mean", mb_mask))
-            micros = row_chunks(minibatch, train.micro_batch_size)
+            micros = row_chunks(minibatch, train.micro_batch_size, seq)
+
+            def weight_of(micro: _Micro, total_units: Tensor = total_units) -> float:
+                return float(
+                    norm_units(agg, micro.loss_mask, micro.inputs.get("seq_id")).cpu()
+                    / total_units.clamp_min(1)
+                    * engine.world_size
+                )
+
+            scale, extra = 1.0, {}
+            if clip_bias is not None:
+                scale, extra = _clip_bias_scale(
+                    engine, tokens, fields, adv, micros, clip_bias, bias_options, weight_of
+                )
             for m_idx, idx in enumerate(micros):
-                ids, mask, loss_mask, length = _slice(tokens, idx)
-                ids, mask, loss_mask = ids.to(device), mask.to(device), loss_mask.to(device)
-                out = engine.forward(ids, mask, loss_mask)
-                micro = {k: v[idx, :length].to(device) for k, v in row_fields.items() if v.dim() == 2}
-                micro |= {"logp": out.logp, "loss_mask": loss_mask}
-                a = adv[idx, :length].to(device)
-                weight = norm_units(agg, loss_mask).cpu() / total_units.clamp_min(1) * engine.world_size
-                policy_loss, metrics = loss.from_batch(micro, a, **options)
-                if clip_bias is not None:
-                    surrogate, bias_metrics = clip_bias.from_batch(
-                        micro, a, **loss_options(clip_bias, algo, width)
-                    )
-                    scale, c_norm = clip_bias_scale(surrogate, engine.policy.trainable_parameters())
-                    policy_loss = policy_loss * scale
-                    metrics |= bias_metrics | {"clip_bias_norm": c_norm, "clip_bias_scale": scale}
-                total = policy_loss * float(weight)
+                micro = _Micro(engine, tokens, fields, idx, adv)
+                out, loss_mask = micro.out, micro.loss_mask
+                weight = weight_of(micro)
+                policy_loss, metrics = loss.from_batch(micro.inputs, micro.adv, **options)
+                metrics |= extra
+                total = policy_loss * scale * weight
                 if kl is not None:
-                    kl_tok = kl(out.logp, ref_logp[idx, :length].to(device), mask=loss_mask)  # [b, l]
-                    kl_term = agg_loss(kl_tok, loss_mask, agg, norm_constant=float(width))
-                    total = total + algo.kl_coef * kl_term * float(weight)
+                    kl_tok = kl(out.logp, ref_logp[idx, : micro.length].to(device), mask=loss_mask)  # [b, l]
+                    kl_term = agg_term(kl_tok, micro)
+                    total = total + algo.kl_coef * kl_term * weight
                     metrics["kl"] = float(kl_term.detach())
-                entropy_term = agg_loss(out.entropy, loss_mask, agg, norm_constant=float(width))
+                entropy_term = agg_term(out.entropy, micro)
                 if algo.entropy_coef:
-                    total = total - algo.entropy_coef * entropy_term * float(weight)
+                    total = total - algo.entropy_coef * entropy_term * weight
                 metrics["entropy"] = float(entropy_term.detach())
                 if value_loss is not None:
-                    micro["values"] = out.values
+                    v_inputs = {**micro.inputs, "values": out.values}
                     v_loss, v_metrics = value_loss.from_batch(
-                        micro, returns[idx, :length].to(device), clip=algo.vf_clip or None
+                        v_inputs, returns[idx, : micro.length].to(device), clip=algo.vf_clip or None
                     )
                     v_weight = float(norm_units("token-mean", loss_mask).cpu() / total_tokens.clamp_min(1))
                     total = total + algo.vf_coef * v_loss * v_weight * engine.world_size
@@ -172,6 +228,38 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
                 sums[key] += value
                 counts[key] += 1
     return {key: sums[key] / counts[key] for key in sums}
+
+
+def _clip_bias_scale(engine: Any, tokens: TokenBatch, fields: dict[str, Tensor], adv: Tensor,
+                     micros: list[Tensor], clip_bias: Any, options: dict[str, Any],
+                     weight_of: Any) -> tuple[float, dict[str, float]]:  # fmt: skip
+    """``(1 / max(1, ||C||), metrics)`` with ``C = grad S_c`` over the whole minibatch (all ranks)."""
+    params = engine.policy.trainable_parameters()
+    total: list[Tensor | None] = [None] * len(params)
+    in_set = 0.0
+    for idx in micros:
+        micro = _Micro(engine, tokens, fields, idx, adv, module=False)  # no DDP hooks: autograd.grad only
+        surrogate, metrics = clip_bias.from_batch(micro.inputs, micro.adv, **options)
+        in_set += metrics["clip_bias_frac"] * float(micro.loss_mask.sum())
+        # weight_of carries the DDP world-size factor (ranks' gradients are averaged); C is a sum
+        grads = torch.autograd.grad(
+            surrogate * weight_of(micro) / engine.world_size, params, allow_unused=True
+        )
+        for i, g in enumerate(grads):
+            if g is not None:
+                total[i] = g if total[i] is None else total[i] + g
+    sq = torch.zeros(())
+    for g in total:
+        if g is not None:
+            sq = sq + engine.all_reduce_sum(g.detach().clone()).float().pow(2).sum().cpu()
+    c_norm = float(sq.sqrt())
+    tokens_in = float(sum(fields["loss_mask"][idx].sum() for idx in micros))
+    scale, _ = clip_bias_scale_from_norm(c_norm)
+    return scale, {
+        "clip_bias_norm": c_norm,
+        "clip_bias_scale": scale,
+        "clip_bias_frac": in_set / max(tokens_in, 1.0),
+    }
 
 
 __all__ = ["compute_advantages", "loss_options", "norm_units", "ppo_update", "row_chunks", "score_tokens"]

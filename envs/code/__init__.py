@@ -11,21 +11,21 @@ register(
 register(
     "agentrl/CodeMath500-v0",
     _ENTRY,
-    description=f"{_DOC}: MATH-500 (needs the shared data folder)",
+    description=f"{_DOC}: MATH-500",
     max_turns=8,
     kwargs={"source": "math500", "split": "test"},
 )
 register(
     "agentrl/CodeAIME24-v0",
     _ENTRY,
-    description=f"{_DOC}: AIME 2024 (needs the shared data folder)",
+    description=f"{_DOC}: AIME 2024",
     max_turns=12,
     kwargs={"source": "aime2024", "split": "test"},
 )
 register(
     "agentrl/CodeAIME25-v0",
     _ENTRY,
-    description=f"{_DOC}: AIME 2025 (needs the shared data folder)",
+    description=f"{_DOC}: AIME 2025",
     max_turns=12,
     kwargs={"source": "aime2025", "split": "test"},
 )

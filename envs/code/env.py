@@ -15,7 +15,7 @@ counts them (``void_turns``); ``"flag"`` also sets ``metrics["void_trajectory"] 
 had one, which trainers drop from the update; ``"end"`` flags and ends the episode at the first one.
 
 Task sources: ``"generated"`` (seeded problems from :mod:`.generator`, splits train/dev/test) or the real
-sets ``"math500"``, ``"aime2024"``, ``"aime2025"`` read from ``shared_data_dir()/math/*.jsonl`` (split "test").
+sets ``"math500"``, ``"aime2024"``, ``"aime2025"`` shipped in ``data/math/`` (split "test"; see :func:`agentrl.paths.benchmark_file`).
 Task payload: ``compare`` (scoring mode), and for generated tasks ``kind``, ``template``, ``solution_code``.
 """
 
@@ -31,7 +31,7 @@ from agentrl.env import Score, Task, TextEnv
 from agentrl.envs.code.generator import KINDS, generate, to_record
 from agentrl.envs.code.scoring import is_correct, last_boxed
 from agentrl.errors import ConfigError
-from agentrl.paths import shared_data_dir
+from agentrl.paths import benchmark_file
 from agentrl.tools.base import Tool
 from agentrl.tools.python import SandboxSlot, make_python_tool
 
@@ -135,13 +135,7 @@ class CodeEnv(TextEnv):
             ]
         if split != "test":
             return []
-        path = shared_data_dir() / "math" / SOURCES[self.source]
-        if not path.is_file():
-            raise ConfigError(
-                "env.source",
-                f"{self.source} needs {path}, which does not exist",
-                "set AGENTRL_DATA to the data folder",
-            )
+        path = benchmark_file("math", SOURCES[self.source])  # checked against its SHA256SUMS
         compare = "int" if self.source.startswith("aime") else "math"
         tasks = []
         for line in path.read_text(encoding="utf-8").splitlines():

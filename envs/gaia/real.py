@@ -8,7 +8,13 @@ annotators' solution steps) stays out of everything the agent sees; it is kept o
 payload for reports. Test-split answers are ``?`` upstream: such tasks load, but scoring them is
 meaningless, so the eval runner refuses them.
 
-No data is downloaded: the data folder comes from the ``data_dir`` argument or ``AGENTRL_GAIA_DIR``.
+GAIA as people download it: attachments may be absent, or be Git-LFS pointer files (a clone without
+``git lfs pull``). Such tasks still load, marked with ``payload["attachment_problem"]`` (``missing`` |
+``lfs_pointer``); reading the file then gives the model an observation that says so, and
+``skip_missing_attachments=true`` leaves them out instead; the eval report lists them all.
+
+No data is downloaded: the data folder comes from the ``data_dir`` argument or ``AGENTRL_GAIA_DIR``;
+``data_dir=fixture`` selects the small bundled test fixture (only when asked for).
 """
 
 from __future__ import annotations
@@ -21,25 +27,39 @@ from pathlib import Path
 from agentrl.env import Task
 from agentrl.envs.gaia.base import GaiaBaseEnv
 from agentrl.errors import ConfigError, EnvError
-from agentrl.paths import REPO_ROOT
+from agentrl.tools.files import is_lfs_pointer
 
 REQUIRED_FIELDS = ("task_id", "Question", "Level", "Final answer")
-#: Used when neither ``data_dir`` nor AGENTRL_GAIA_DIR is given, so the env runs in a source checkout.
-FIXTURE_DIR = REPO_ROOT / "tests" / "fixtures" / "gaia" / "2023"
+#: The bundled 6-task fixture in GAIA's layout, used only with ``data_dir=fixture``.
+FIXTURE_DIR = Path(__file__).resolve().parent / "data" / "fixture" / "2023"  # shipped as package data
+WHERE_DATA_GOES = (
+    "download GAIA (huggingface.co/datasets/gaia-benchmark/GAIA, gated; `git lfs pull` for the "
+    "attachments) and pass data_dir=PATH (e.g. --suite gaia --suite-option data_dir=~/GAIA/2023) or set "
+    "AGENTRL_GAIA_DIR to the folder holding validation/metadata.jsonl; data_dir=fixture (suite "
+    "gaia-fixture) runs the 6-task test fixture"
+)
 
 
 def resolve_data_dir(data_dir: str | Path | None) -> Path:
-    """The GAIA folder: the argument, else ``AGENTRL_GAIA_DIR``, else the bundled test fixture."""
+    """The GAIA folder: the argument (``~`` expanded; ``fixture``: the bundled fixture), else
+    ``AGENTRL_GAIA_DIR``; an error naming both when neither is given or the folder is absent."""
+    if data_dir is not None and str(data_dir) == "fixture":
+        return FIXTURE_DIR
+    field = "data_dir" if data_dir else "AGENTRL_GAIA_DIR"
     chosen = data_dir or os.environ.get("AGENTRL_GAIA_DIR")
-    path = Path(chosen) if chosen else FIXTURE_DIR
+    if not chosen:
+        raise ConfigError("data_dir", "no GAIA data folder was given", WHERE_DATA_GOES)
+    path = Path(chosen).expanduser()
     if not path.is_dir():
-        raise ConfigError(
-            "data_dir",
-            f"GAIA folder {path} does not exist",
-            "download GAIA yourself and pass data_dir=... (or set AGENTRL_GAIA_DIR) to the folder holding "
-            "validation/metadata.jsonl",
-        )
+        raise ConfigError(field, f"GAIA folder {path} does not exist", WHERE_DATA_GOES)
     return path
+
+
+def attachment_problem(path: Path) -> str | None:
+    """``missing``, ``lfs_pointer`` (a Git-LFS pointer file, not the content) or ``None`` (usable)."""
+    if not path.is_file():
+        return "missing"
+    return "lfs_pointer" if is_lfs_pointer(path) else None
 
 
 def metadata_file(data_dir: Path, split: str) -> Path:
@@ -70,8 +90,13 @@ def load_gaia_split(data_dir: str | Path, split: str) -> list[Task]:
             raise EnvError(f"{path}:{line_no} lacks GAIA field(s) {', '.join(missing)}")
         file_name = record.get("file_name") or ""
         file_path = path.parent / file_name if file_name else None
-        if file_path is not None and not file_path.is_file():
-            raise EnvError(f"{path}:{line_no}: attachment {file_name!r} is not beside metadata.jsonl")
+        payload = {
+            "file_name": file_name,
+            "file_path": str(file_path) if file_path else "",
+            "annotator_metadata": record.get("Annotator Metadata", {}),
+        }
+        if file_path is not None and (problem := attachment_problem(file_path)):
+            payload["attachment_problem"] = problem
         tasks.append(
             Task(
                 id=str(record["task_id"]),
@@ -79,11 +104,7 @@ def load_gaia_split(data_dir: str | Path, split: str) -> list[Task]:
                 answer=str(record["Final answer"]),
                 split=split,
                 level=int(record["Level"]),
-                payload={
-                    "file_name": file_name,
-                    "file_path": str(file_path) if file_path else "",
-                    "annotator_metadata": record.get("Annotator Metadata", {}),
-                },
+                payload=payload,
             )
         )
     return tasks
@@ -94,8 +115,11 @@ class GaiaRealEnv(GaiaBaseEnv):
 
     Args:
         split: ``validation`` (answers public) or ``test`` (answers are ``?``).
-        data_dir: the GAIA folder; default ``AGENTRL_GAIA_DIR``, else the small bundled fixture.
+        data_dir: the GAIA folder (``~`` expands); default ``AGENTRL_GAIA_DIR``; ``fixture`` for the
+            small bundled fixture. Neither given: a ConfigError that says where the data goes.
         level: keep only tasks of this level (1-3).
+        skip_missing_attachments: leave out tasks whose attachment is absent or an LFS pointer
+            (default: keep them, marked; reading the file tells the model it is unavailable).
         python: offer the sandboxed ``python`` tool.
         sandbox_backend: ``auto``, ``docker`` or ``bwrap``.
         python_timeout_s: time limit of one python call.
@@ -113,8 +137,10 @@ class GaiaRealEnv(GaiaBaseEnv):
         python: bool = True,
         sandbox_backend: str = "auto",
         python_timeout_s: float = 10.0,
+        skip_missing_attachments: bool = False,
     ):
         super().__init__(split=split, render_mode=render_mode)
+        self.skip_missing_attachments = skip_missing_attachments
         self.python = python
         self.sandbox_backend = sandbox_backend
         self.python_timeout_s = python_timeout_s
@@ -125,4 +151,9 @@ class GaiaRealEnv(GaiaBaseEnv):
 
     def load_tasks(self, split: str) -> Sequence[Task]:
         tasks = load_gaia_split(self.data_dir, split)
-        return [t for t in tasks if self.level is None or t.level == self.level]
+        return [
+            t
+            for t in tasks
+            if (self.level is None or t.level == self.level)
+            and not (self.skip_missing_attachments and t.payload.get("attachment_problem"))
+        ]

@@ -102,3 +102,24 @@ def run_oracle(
         The final reward and the last step's info.
     """
     return play_policy(env, SearchOracle(), task=task, seed=seed)
+
+
+class GoldQAOracle:
+    """The oracle of the real QA sets (``agentrl/SearchQA-v0``): answers with the first gold answer.
+
+    No retrieval corpus ships for these questions and no solving program is known, so, like the
+    math oracle on MATH-500/AIME, it checks the pipeline (the shipped data, answer parsing, EM/F1
+    scoring, the report), not question answering. It reads the gold answer from the task.
+    """
+
+    def __init__(self) -> None:
+        self.task: Task | None = None
+
+    def reset(self, task: Task) -> None:
+        self.task = task
+
+    def act(self, observation: str, info: dict[str, Any] | None = None) -> str:
+        if self.task is None:
+            raise RuntimeError("call reset(task) before act()")
+        gold = self.task.answer
+        return f"<answer>{gold[0] if isinstance(gold, list | tuple) else gold}</answer>"

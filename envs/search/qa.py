@@ -1,6 +1,7 @@
 """Real open-domain QA sets (the Search-R1 / DeepResearcher / IGPO test samples) as tasks.
 
-Files: ``agentrl.paths.shared_data_dir()/search_qa/<name>.jsonl``, one JSON object a line with
+Files: ``data/search_qa/<name>.jsonl`` shipped with this package (checked against their ``SHA256SUMS``;
+``AGENTRL_DATA`` overrides, see :mod:`agentrl.paths`), one JSON object a line with
 ``id``, ``source``, ``question`` and ``golden_answers`` (a list of accepted answers).
 Without a retriever the env is closed-book (no tools: the model answers from memory); with
 ``retriever_url`` the ``search``/``open`` tools query a Search-R1 retrieval server (e.g. over
@@ -19,6 +20,7 @@ from agentrl.env import Score, Task, TextEnv
 from agentrl.envs.search.env import TOOL_PROMPT, build_retriever, check_reward
 from agentrl.errors import EnvError
 from agentrl.eval.scorers import qa_scores
+from agentrl.paths import benchmark_dir, check_file
 from agentrl.tools.base import Tool
 from agentrl.tools.search import RemoteRetriever, search_tools
 
@@ -45,21 +47,10 @@ class QARecord:
 
 
 def qa_dir(data_dir: str | Path | None = None) -> Path:
-    """The folder holding the QA files (``data_dir``, else ``shared_data_dir()/search_qa``)."""
-    from agentrl.paths import shared_data_dir
-
-    if data_dir is not None:
-        folder = Path(data_dir)
-    else:
-        root = shared_data_dir(required=False)
-        if root is None:
-            raise EnvError(
-                "the real QA files are not here: set AGENTRL_DATA to the folder that holds search_qa/ "
-                "(or pass data_dir=...)"
-            )
-        folder = root / "search_qa"
+    """The folder holding the QA files (``data_dir``, else the shipped ``data/search_qa``)."""
+    folder = Path(data_dir) if data_dir is not None else benchmark_dir("search_qa")
     if not folder.is_dir():
-        raise EnvError(f"no QA folder at {folder}; set AGENTRL_DATA or pass data_dir=<folder with *.jsonl>")
+        raise EnvError(f"no QA folder at {folder}; pass data_dir=<folder with *.jsonl> or leave it unset")
     return folder
 
 
@@ -70,6 +61,7 @@ def load_qa(name: str, data_dir: str | Path | None = None) -> list[QARecord]:
     path = qa_dir(data_dir) / QA_FILES[name]
     if not path.is_file():
         raise EnvError(f"QA file {path} is missing")
+    check_file(path)  # against the SHA256SUMS beside it, when the folder has one
     return list(_read(str(path)))
 
 
@@ -120,7 +112,7 @@ class SearchQAEnv(TextEnv):
     ):
         """Args:
         sources: QA sets to load (keys of QA_FILES); default: every file present.
-        data_dir: folder with the jsonl files; default ``shared_data_dir()/search_qa``.
+        data_dir: folder with the jsonl files; default: the shipped ``data/search_qa``.
         retriever: "none" (closed-book) or "remote" (needs ``retriever_url``); default: "remote"
             when ``retriever_url`` is given, else "none".
         retriever_url: endpoint of a Search-R1 retrieval server, e.g. http://127.0.0.1:8000/retrieve.

@@ -29,7 +29,7 @@ from typing import Any
 
 from agentrl.envs.web import manager
 from agentrl.errors import EnvError, SandboxError
-from agentrl.paths import shared_data_dir
+from agentrl.paths import benchmark_dir
 from agentrl.sandboxes.service import ServiceContainer, ServiceNetwork
 
 SHOP_PORT = 8000
@@ -103,11 +103,12 @@ class DockerShopServer(manager.ShopServer):
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
         site_dirs, mounts = host_code_mounts()
-        data_arg = "none"
-        folder = shared_data_dir(required=False) if self.data_dir == "auto" else self.data_dir
-        webshop = Path(folder) / "webshop" if folder else None
-        if webshop is not None and webshop.is_dir():
-            mounts[str(webshop.resolve())] = f"{DATA_MOUNT}/webshop"
+        data_arg = "builtin"
+        if self.data_dir not in (None, "builtin"):
+            folder = benchmark_dir("webshop") if self.data_dir == "auto" else Path(self.data_dir) / "webshop"
+            if not folder.is_dir():
+                raise EnvError(f"no WebShop data folder at {folder}; use data_dir='auto' or 'builtin'")
+            mounts[str(folder.resolve())] = f"{DATA_MOUNT}/webshop"  # with its SHA256SUMS: checked inside
             data_arg = DATA_MOUNT
         argv = [
             "python3", "-c", BOOTSTRAP, json.dumps(sys.version_info[:2]), json.dumps(site_dirs),

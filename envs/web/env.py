@@ -69,8 +69,9 @@ class WebShopEnv(TextEnv):
         split: "train", "dev" or "test" (500 goals).
         seed: catalogue and goal seed (not the episode seed; that one goes to reset()).
         n_products: catalogue size (>= 50; default 1500).
-        data_dir: folder holding webshop/ with the real vocabulary; "auto" finds the shared data,
-            None uses the built-in vocabulary.
+        data_dir: where the real WebShop vocabulary comes from: "auto" (the files shipped with
+            agentrl, or $AGENTRL_DATA/webshop), a folder holding webshop/, or "builtin" (None) for
+            the small built-in vocabulary. Missing files are an error, not a fallback.
         backend: "local" (a server process on 127.0.0.1) or "docker" (the server in a hardened
             sandbox container on its own internal network, reachable only from the host; see
             ``docker_backend.py``). Either is shared by envs with the same catalogue.

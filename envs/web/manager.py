@@ -67,7 +67,7 @@ class ShopServer:
             argv = [
                 sys.executable, "-m", "agentrl.envs.web.server", "--host", "127.0.0.1", "--port", "0",
                 "--seed", str(self.seed), "--n-products", str(self.n_products),
-                "--data-dir", "none" if self.data_dir is None else str(self.data_dir), "--watch-parent",
+                "--data-dir", "builtin" if self.data_dir is None else str(self.data_dir), "--watch-parent",
             ]  # fmt: skip
             process = subprocess.Popen(
                 argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True

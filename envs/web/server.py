@@ -4,7 +4,8 @@ Pages (all HTML, every user-supplied string escaped):
 
 - ``GET /s/{sid}``: search page with the instruction and a search box;
 - ``GET /s/{sid}/search?q=..&page=N``: 10 results per page (BM25 over title, type and bullet
-  points; at most 50 results), Back to Search, < Prev / Next >;
+  points; at most 50 results; ties by the rule of :mod:`agentrl.tools.search`: a product titled as
+  the query, then the smaller ASIN), Back to Search, < Prev / Next >;
 - ``GET /s/{sid}/item/{asin}?q=..&page=N&opt_<name>=<value>``: title, price, rating, options (each
   value a link that selects it), Description / Features / Reviews, Buy Now, < Prev, Back to Search;
 - ``GET /s/{sid}/item/{asin}/{description|features|reviews}?..``: the sub-page, < Prev;
@@ -45,6 +46,7 @@ from starlette.routing import Route
 from agentrl.envs.web.catalog import Catalog, Goal, Product
 from agentrl.envs.web.reward import reward_for_purchase
 from agentrl.serving import listen_socket
+from agentrl.tools.search import TieBreak, rank_top_k
 
 RESULTS_PER_PAGE = 10
 MAX_RESULTS = 50
@@ -70,22 +72,23 @@ def tokenize(text: str) -> list[str]:
 
 
 class SearchIndex:
-    """BM25 (bm25s) over the products' search text."""
+    """BM25 (bm25s) over the products' search text, ranked by :func:`rank_top_k` (same on every CPU)."""
 
     def __init__(self, products: list[Product]):
         self.products = products
         self.retriever = bm25s.BM25()
         self.retriever.index([tokenize(p.search_text()) for p in products], show_progress=False)
         self.vocab = set(self.retriever.vocab_dict)
+        self.ties = TieBreak([p.asin for p in products], [p.title for p in products])
         self.search = lru_cache(maxsize=4096)(self._search)
 
     def _search(self, query: str) -> tuple[str, ...]:
         tokens = [t for t in tokenize(query) if t in self.vocab]
         if not tokens:
             return ()
-        k = min(MAX_RESULTS, len(self.products))
-        docs, scores = self.retriever.retrieve([tokens], k=k, show_progress=False, n_threads=1)
-        return tuple(self.products[int(d)].asin for d, s in zip(docs[0], scores[0], strict=True) if s > 0)
+        scores = self.retriever.get_scores(tokens)  # [N]
+        top, top_scores = rank_top_k(scores, MAX_RESULTS, self.ties, query)
+        return tuple(self.products[int(d)].asin for d, s in zip(top, top_scores, strict=True) if s > 0)
 
 
 @dataclass
@@ -381,11 +384,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--n-products", type=int, default=1500)
-    parser.add_argument("--data-dir", default="auto", help='folder with webshop/, "auto" or "none"')
+    parser.add_argument(
+        "--data-dir", default="auto", help='folder with webshop/, "auto" (the shipped files) or "builtin"'
+    )
     parser.add_argument("--watch-parent", action="store_true", help="exit when the parent process dies")
     args = parser.parse_args(argv)
 
-    data_dir = None if args.data_dir == "none" else args.data_dir
+    data_dir = "builtin" if args.data_dir == "none" else args.data_dir
     catalog = Catalog(seed=args.seed, n_products=args.n_products, data_dir=data_dir)
     app = create_app(catalog)
     sock = listen_socket(args.host, args.port)

@@ -1,21 +1,26 @@
 """Vocabulary for the shop: product types with their real attribute lists, option values, openers.
 
-With the real WebShop files (``shared_data_dir()/webshop``) the product types are the product
-categories named in ``items_ins_v2_1000.json``'s instructions ("Find me <attrs> <category> with
-<attrs>"), each with the union of the real attribute lists of its products, and instruction openers
-follow their frequency in ``human_goals.json``. Without the files a small built-in vocabulary in the
-same form is used, so the env works for users who do not have the data.
+From the real WebShop files (shipped in ``data/webshop/``, checked against their ``SHA256SUMS``;
+``AGENTRL_DATA`` overrides) the product types are the product categories named in
+``items_ins_v2_1000.json``'s instructions ("Find me <attrs> <category> with <attrs>"), each with the
+union of the real attribute lists of its products, and instruction openers follow their frequency in
+``human_goals.json``. A small built-in vocabulary in the same form is used only when asked for by
+name (``data_dir="builtin"``); missing files are an error, never a silent fallback.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentrl.paths import shared_data_dir
+from agentrl.errors import EnvError
+from agentrl.paths import benchmark_dir, check_file
+
+log = logging.getLogger(__name__)
 
 # Colour words, in the order normalisation tries them (first colour word of an option wins).
 COLORS: tuple[str, ...] = (
@@ -245,22 +250,29 @@ def _parse_openers(path: Path) -> tuple[tuple[str, int], ...]:
 
 
 def load_vocabulary(data_dir: Path | str | None = "auto") -> Vocabulary:
-    """The vocabulary from the real WebShop files when present, else the built-in one.
+    """The vocabulary from the real WebShop files, or the built-in one when asked for by name.
 
     Args:
-        data_dir: folder holding ``webshop/``; ``"auto"`` asks :func:`shared_data_dir`,
-            ``None`` forces the built-in vocabulary.
+        data_dir: ``"auto"``: the shipped ``data/webshop/`` (or ``$AGENTRL_DATA/webshop``);
+            a folder holding ``webshop/``; ``"builtin"`` (or ``None``): the built-in vocabulary.
+
+    Raises:
+        EnvError: the real files are missing or do not match their manifest.
     """
-    if data_dir == "auto":
-        data_dir = shared_data_dir(required=False)
-    folder = Path(data_dir) / "webshop" if data_dir else None
-    items, goals = (
-        (folder / "items_ins_v2_1000.json", folder / "human_goals.json") if folder else (None, None)
-    )
-    if items is not None and items.is_file() and goals is not None and goals.is_file():
-        categories = _parse_items(items)
-        types = tuple(make_type(c, attrs) for c, attrs in sorted(categories.items()))
-        openers = _parse_openers(goals) or BUILTIN_OPENERS
-        return Vocabulary(types=types, openers=openers, source="webshop")
-    types = tuple(make_type(c, attrs) for c, attrs in sorted(BUILTIN_TYPES.items()))
-    return Vocabulary(types=types, openers=BUILTIN_OPENERS, source="builtin")
+    if data_dir is None or data_dir == "builtin":
+        log.warning("web shop: the built-in vocabulary (data_dir='builtin'), not the real WebShop files")
+        types = tuple(make_type(c, attrs) for c, attrs in sorted(BUILTIN_TYPES.items()))
+        return Vocabulary(types=types, openers=BUILTIN_OPENERS, source="builtin")
+    folder = benchmark_dir("webshop") if data_dir == "auto" else Path(data_dir) / "webshop"
+    items, goals = folder / "items_ins_v2_1000.json", folder / "human_goals.json"
+    for path in (items, goals):
+        if not path.is_file():
+            raise EnvError(
+                f"the WebShop vocabulary needs {path}, which does not exist; use data_dir='auto' "
+                "(the files shipped with agentrl), a folder holding webshop/, or data_dir='builtin'"
+            )
+        check_file(path)
+    categories = _parse_items(items)
+    types = tuple(make_type(c, attrs) for c, attrs in sorted(categories.items()))
+    openers = _parse_openers(goals) or BUILTIN_OPENERS
+    return Vocabulary(types=types, openers=openers, source="webshop")

@@ -12,6 +12,15 @@ from agentrl.algos import losses as Lo
 F64 = torch.float64
 
 
+# FoldAct's own kind numbers (think 0, search 1, answer 2, observation 3, summaries 4, 5) as the
+# agentrl.trajectory.Source codes the library uses (MODEL 1, TOOL 2, SUMMARY 3)
+_FOLDACT_TO_SOURCE = torch.tensor([1, 1, 1, 2, 3, 3])
+
+
+def src(kinds):
+    return _FOLDACT_TO_SOURCE[kinds]
+
+
 def t(values, dtype=F64, grad=False):
     return torch.tensor(values, dtype=dtype, requires_grad=grad)
 
@@ -284,6 +293,7 @@ def _foldact_batch(seed, with_summary=True):
     if not with_summary:
         kinds = torch.where(kinds >= 4, torch.zeros_like(kinds), kinds)
     mask = kinds != 3
+    kinds = src(kinds)
     full = logp.detach() + torch.randn(2, 9, generator=gen, dtype=F64) * 0.2
     return logp, old, adv, mask, kinds, full
 
@@ -311,7 +321,7 @@ def test_foldact_separated_means_hand_values():
     old = torch.zeros(1, 4, dtype=F64)
     adv = t([[1.0, -1.0, 3.0, 0.0]])
     mask = torch.tensor([[1, 1, 1, 0]])
-    kinds = torch.tensor([[4, 4, 0, 3]])
+    kinds = src(torch.tensor([[4, 4, 0, 3]]))
     full = t([[math.log(2.0) - 0.5, 0.0, -0.1, 0.0]])
     loss, m = Lo.foldact(logp, old, adv, mask, kinds, full)
     assert m["loss_summary"] == pytest.approx(-0.1) and m["loss_action"] == pytest.approx(-3.0)
@@ -322,7 +332,7 @@ def test_foldact_separated_means_hand_values():
 def test_foldact_ratio_clamped_to_ten():
     # r = e^5 = 148 on a negative-advantage token: clamp to 10 -> loss 10 (not 148), no gradient
     logp = t([[5.0]], grad=True)
-    loss, _ = Lo.foldact(logp, torch.zeros(1, 1, dtype=F64), t([[-1.0]]), torch.ones(1, 1), torch.tensor([[0]]),
+    loss, _ = Lo.foldact(logp, torch.zeros(1, 1, dtype=F64), t([[-1.0]]), torch.ones(1, 1), src(torch.tensor([[0]])),
                          logp.detach(), w_summary=0, w_action=1, w_consistency=0)  # fmt: skip
     close(loss, 10.0)
     (g,) = torch.autograd.grad(loss, logp)
@@ -352,7 +362,7 @@ def _garbage_batch():
 )
 def test_masked_positions_never_receive_gradient(name):
     logp, old, adv, mask, turn_id = _garbage_batch()
-    kinds = torch.where(mask, torch.tensor([[4, 0, 3, 1, 3, 3], [3, 5, 2, 2, 0, 3]]), 3)
+    kinds = src(torch.where(mask, torch.tensor([[4, 0, 3, 1, 3, 3], [3, 5, 2, 2, 0, 3]]), 3))
     fns = {
         "token": lambda lp: Lo.ppo_clip(lp, old, adv, mask),
         "turn": lambda lp: Lo.ppo_clip(lp, old, adv, mask, ratio="turn", turn_id=turn_id),
@@ -379,7 +389,7 @@ def test_gradcheck_losses_float64():
     adv = torch.randn(2, 5, generator=gen, dtype=F64)
     mask = torch.tensor([[1, 1, 0, 1, 1], [1, 0, 1, 1, 1]])
     turn_id = torch.tensor([[0, 0, -1, 1, 1], [0, -1, 1, 1, 1]])
-    kinds = torch.tensor([[4, 4, 3, 0, 1], [5, 3, 0, 2, 2]])
+    kinds = src(torch.tensor([[4, 4, 3, 0, 1], [5, 3, 0, 2, 2]]))
     checks = [
         lambda lp: Lo.ppo_clip(lp, old, adv, mask)[0],
         lambda lp: Lo.ppo_clip(lp, old, adv, mask, ratio="turn", turn_id=turn_id, agg="seq-mean-token-sum")[

@@ -49,6 +49,7 @@ def _batch(seed=0):
         "process_reward": -0.2 * (torch.rand(b, length, generator=gen) < 0.3).to(F64),
         "outcome": torch.tensor([1.0, 0.0, 1.0, 0.5], dtype=F64),
         "group_id": torch.tensor([0, 0, 1, 1]),
+        "row_rollout": torch.arange(b),
         "finished": torch.tensor([True, True, False, True]),
         "gt_logprob": torch.randn(b, 3, generator=gen, dtype=F64).requires_grad_(True),
         "step_reward": torch.rand(b, 2, generator=gen, dtype=F64),
@@ -127,16 +128,17 @@ def test_losses_from_batch_match_raw_functions():
         assert all(isinstance(v, float) for v in metrics.values())
     with pytest.raises(KeyError, match="token_kind"):
         LOSSES.get("foldact").from_batch(batch, adv)
-    # TokenBatch names work: source (Source codes: MODEL 1, SUMMARY 3, TOOL 2), old_logprobs
+    # token kinds are Source codes (MODEL 1 action, SUMMARY 3, TOOL 2) in the raw function too
     source = torch.where(batch["loss_mask"], 1, 2)
     source[0, 1:3] = 3  # a summary turn
-    tb_batch = {k: v for k, v in batch.items() if k != "old_logp"} | {"old_logprobs": batch["old_logp"]}
-    tb_batch.update(source=source, full_ctx_logp=batch["old_logp"])
-    loss_fa, metrics_fa = LOSSES.get("foldact").from_batch(tb_batch, adv)
-    torch.testing.assert_close(
-        loss_fa, Lo.foldact(*args, source, batch["old_logp"], summary_kinds=(3,), action_kinds=(1,))[0]
-    )
+    fa_batch = batch | {"token_kind": source, "full_ctx_logp": batch["old_logp"]}
+    loss_fa, metrics_fa = LOSSES.get("foldact").from_batch(fa_batch, adv)
+    torch.testing.assert_close(loss_fa, Lo.foldact(*args, source, batch["old_logp"])[0])
     assert metrics_fa["summary_tokens"] == 2 and metrics_fa["action_tokens"] == batch["loss_mask"].sum() - 2
+    # TokenBatch names are not objective names: only the producers in agentrl.train.fields rename
+    tb_batch = {k: v for k, v in fa_batch.items() if k != "old_logp"} | {"old_logprobs": batch["old_logp"]}
+    with pytest.raises(KeyError, match="'old_logp'"):
+        LOSSES.get("foldact").from_batch(tb_batch, adv)
     vloss, _ = LOSSES.get("value").from_batch(batch, returns, clip=0.2)
     torch.testing.assert_close(
         vloss, Lo.value_loss(batch["values"], batch["old_values"], returns, batch["loss_mask"], clip=0.2)[0]

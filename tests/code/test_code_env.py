@@ -9,7 +9,6 @@ import pytest
 import agentrl
 from agentrl.env import Task
 from agentrl.envs.code.oracle import run_oracle as play_one
-from agentrl.paths import shared_data_dir
 
 
 def py(code: str) -> str:
@@ -167,8 +166,6 @@ def test_oracle_solves_generated_problems(backend):
     "env_id", ["agentrl/CodeAIME24-v0", "agentrl/CodeAIME25-v0", "agentrl/CodeMath500-v0"]
 )
 def test_oracle_on_real_sets(backend, env_id):
-    if shared_data_dir(required=False) is None:
-        pytest.skip("the shared data folder (AGENTRL_DATA) is not here")
     env = agentrl.make(env_id, sandbox_backend=backend)
     tasks = list(env.unwrapped.tasks("test"))
     assert len(tasks) in (30, 500)
@@ -177,8 +174,9 @@ def test_oracle_on_real_sets(backend, env_id):
 
 
 def test_real_set_without_data_is_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setenv("AGENTRL_DATA", str(tmp_path))
+    (tmp_path / "math").mkdir()
+    monkeypatch.setenv("AGENTRL_DATA", str(tmp_path))  # an override folder that lacks the file
     env = agentrl.make("agentrl/CodeAIME24-v0")  # construction needs no data
-    with pytest.raises(agentrl.errors.ConfigError, match="aime2024.jsonl"):
+    with pytest.raises(agentrl.errors.EnvError, match=r"math/aime2024.jsonl is missing"):
         env.reset(seed=0)
     env.close()

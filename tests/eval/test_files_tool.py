@@ -75,3 +75,32 @@ def test_corrupt_files_become_tool_errors(tmp_path: Path) -> None:
         path.write_bytes(b"this is not what the suffix says")
         with pytest.raises(ToolError):
             render_file(path)
+
+
+def test_downloaded_gaia_attachment_types(tmp_path: Path) -> None:
+    """Types found in GAIA downloads: zip members read by their own type, any text type sniffed,
+    unknown binaries, LFS pointers and audio refused with a clear message."""
+    import zipfile
+
+    from agentrl.tools.files import is_lfs_pointer
+
+    write_attachment(DOC, "xlsx", tmp_path / "inner.xlsx")
+    with zipfile.ZipFile(tmp_path / "bundle.zip", "w") as archive:
+        archive.write(tmp_path / "inner.xlsx", "sheets/yields.xlsx")
+        archive.writestr("blob.bin", bytes(range(256)))
+    text = render_file(tmp_path / "bundle.zip")
+    assert "- sheets/yields.xlsx (" in text and "Brevik Hollow | Tamsa | 41" in text
+    assert "## blob.bin\n(not readable: cannot read blob.bin: files of type .bin are not supported" in text
+    (tmp_path / "script.R").write_text("x <- c(1, 2)\nprint(mean(x))\n")
+    assert render_file(tmp_path / "script.R").startswith("x <- c(1, 2)")
+    (tmp_path / "pointer.xlsx").write_text(
+        "version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 9\n"
+    )
+    assert is_lfs_pointer(tmp_path / "pointer.xlsx") and not is_lfs_pointer(tmp_path / "script.R")
+    with pytest.raises(ToolError, match="Git-LFS pointer, not the file"):
+        render_file(tmp_path / "pointer.xlsx")
+    (tmp_path / "talk.mp3").write_bytes(b"ID3" + bytes(64))
+    with pytest.raises(ToolError, match="audio file"):
+        render_file(tmp_path / "talk.mp3")
+    with pytest.raises(ToolError, match="missing from this copy"):
+        render_file(tmp_path / "absent.pdf")

@@ -58,3 +58,22 @@ def test_smollm2_zero_shot_in_process(monkeypatch) -> None:
     (record,) = result.records
     assert record["error"] is None and record["turns"] >= 1
     assert result.episodes[0].timings["generated_tokens"] > 0
+
+
+def test_chat_agent_against_agentrl_serve(tiny_server: str) -> None:
+    """``chat:`` works against ``agentrl serve``'s chat endpoint (tools rendered by the chat template;
+    a random-init model answers nonsense, so this checks the path, not the score)."""
+    from agentrl.eval.model_agent import ModelEvalConfig
+
+    settings = ModelEvalConfig.resolve(max_new_tokens=12)
+    result = evaluate(
+        "gaia-fixture:python=false,max_turns=2",
+        f"chat:{tiny_server}",
+        limit=2,
+        concurrency=2,
+        settings=settings,
+    )
+    assert result.metrics["agent"] == f"chat:{tiny_server}"
+    assert len(result.records) == 2 and all(r["error"] is None and r["turns"] >= 1 for r in result.records)
+    turn = result.episodes[0].turns[0]
+    assert 1 <= turn.timings["completion_tokens"] <= 12 and turn.timings["latency_s"] > 0

@@ -128,12 +128,12 @@ def test_crashed_episode_is_recorded_and_the_run_goes_on(monkeypatch) -> None:
 
 
 def test_real_gaia_suite_on_the_fixture() -> None:
-    result = evaluate("gaia", "random", concurrency=1)
+    result = evaluate("gaia-fixture", "random", concurrency=1)
     assert result.metrics["overall"]["tasks"] == 6
     with pytest.raises(ConfigError, match="hidden"):
-        evaluate("gaia:split=test", "random")
+        evaluate("gaia-fixture:split=test", "random")
     with pytest.raises(ConfigError, match="no scripted oracle"):
-        evaluate("gaia", "oracle")
+        evaluate("gaia-fixture", "oracle")
 
 
 def test_random_agent_actions_are_well_formed() -> None:

@@ -33,8 +33,8 @@ class Recording(HFGenerator):
         super().__init__(*args, **kwargs)
         self.seen: list[tuple[list[int], GenerationOutput]] = []
 
-    def generate(self, prompts, sampling: SamplingParams):
-        outs = super().generate(prompts, sampling)
+    def generate(self, prompts, sampling: SamplingParams, **kwargs):
+        outs = super().generate(prompts, sampling, **kwargs)  # kwargs: the per-row seeds
         self.seen += [(list(p), o) for p, o in zip(prompts, outs, strict=True)]
         return outs
 

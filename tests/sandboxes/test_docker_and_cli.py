@@ -193,3 +193,33 @@ def test_engine_reached_through_docker_host_tcp(monkeypatch):
     finally:
         proxy.close()
         monkeypatch.setattr(docker_backend, "_client", None)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_doctor_measures_every_limit_through_the_cli(backend):
+    """`agentrl sandbox doctor` runs the bounded attacks and says, per limit, whether it held."""
+    from agentrl.sandboxes.cgroups import cgroup_support
+
+    agentrl = Path(sys.executable).with_name("agentrl")
+    done = subprocess.run(
+        [str(agentrl), "sandbox", "doctor", "--backends", backend, "--json"], capture_output=True, text=True
+    )
+    rows = {row["limit"]: row for row in json.loads(done.stdout)}
+    expected = {
+        "memory limit covers memfd",
+        "memory limit covers SysV shm",
+        "tmpfs inodes bounded",
+        "CPU share <= 1.0 CPU",
+        "private IPC namespace",
+        "keyrings not shared between boxes",
+    }
+    assert expected <= set(rows), rows
+    assert all(rows[name]["backend"] == backend and rows[name]["measured"] for name in expected)
+    assert rows["private IPC namespace"]["holds"] and rows["keyrings not shared between boxes"]["holds"]
+    if backend == "docker" or cgroup_support()[0] is not None:
+        assert rows["memory limit covers memfd"]["holds"] and rows["memory limit covers SysV shm"]["holds"]
+        assert rows["tmpfs inodes bounded"]["holds"]
+    else:  # the watchdog cannot see a memfd: the doctor must say so, and fail
+        assert rows["memory limit covers memfd"]["holds"] is False
+    failing = [row for row in rows.values() if row["holds"] is False]
+    assert done.returncode == (1 if failing else 0), done.stderr

@@ -1,4 +1,4 @@
-"""Real QA sets: loaders on the shared files and on a fixture, and the SearchQA env."""
+"""Real QA sets: loaders on the shipped files and on a fixture, and the SearchQA env."""
 
 from __future__ import annotations
 
@@ -13,14 +13,11 @@ from agentrl.envs.search.oracle import tool_call
 from agentrl.envs.search.qa import QA_FILES, load_qa, qa_dir
 from agentrl.envs.search.server import start_background
 from agentrl.errors import EnvError
-from agentrl.paths import shared_data_dir
+from agentrl.paths import benchmark_dir
 
 
 def _real_qa_dir():
-    root = shared_data_dir(required=False)
-    if root is None or not (root / "search_qa").is_dir():
-        pytest.skip("shared data folder with search_qa/ is absent (set AGENTRL_DATA)")
-    return root / "search_qa"
+    return benchmark_dir("search_qa")  # shipped with the package
 
 
 @pytest.fixture
@@ -122,3 +119,15 @@ def test_remote_retriever_needs_a_url_and_works_with_one(fixture_dir) -> None:
         obs, *_ = env.step(tool_call("search", query="Port Lidiark", k=2))
         assert obs.startswith('Results for "Port Lidiark":\n[1] d000064 | Port Lidiark')
         env.close()
+
+
+def test_gold_oracle_scores_every_real_row() -> None:
+    from agentrl.env import play_policy
+    from agentrl.envs.search.oracle import GoldQAOracle
+
+    env = agentrl.make("agentrl/SearchQA-v0", sources=["bamboogle"])  # the shipped file
+    tasks = env.unwrapped.tasks("test")
+    assert len(tasks) == 125
+    rewards = [play_policy(env, GoldQAOracle(), task=task)[0] for task in tasks]
+    assert rewards == [1.0] * 125  # the gold answer parses and scores EM 1 on every row
+    env.close()

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.errors import SandboxError
-
 
 @pytest.fixture(scope="session")
-def backend() -> str:
-    """The backend ``auto`` picks (Docker when an engine answers, else bubblewrap)."""
-    from agentrl.sandboxes import resolve_backend
-
-    try:
-        return resolve_backend("auto")
-    except SandboxError as exc:
-        pytest.skip(f"no sandbox backend here: {exc}")
+def backend(sandbox_backend: str) -> str:
+    """The backend ``auto`` picks (skips when none works here or the Docker image is not built)."""
+    return sandbox_backend

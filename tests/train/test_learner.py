@@ -61,7 +61,7 @@ def test_loss_goes_down_on_fixed_batch():
 
 
 class _GradCapture(TorchEngine):
-    """Records the accumulated gradient at each optimizer step (Adam would amplify round-off)."""
+    """Records the accumulated gradient at the optimizer step."""
 
     def step(self):
         self.grads = torch.cat([p.grad.flatten() for p in self.params])
@@ -70,6 +70,14 @@ class _GradCapture(TorchEngine):
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "constant"])
 def test_gradient_accumulation_equals_one_big_batch(agg):
+    """One update's accumulated gradient is the big batch's, up to float32 summation order.
+
+    Micro-batching only reorders float32 sums: each parameter's gradient is a sum over the batch's
+    tokens, and a reordered sum of n terms moves by about sqrt(n) float32 epsilons of its size (the
+    norm of the error, relative to the gradient's). The tolerance is that, with a factor of 8; a real
+    accumulation bug (a weight off by one micro-batch) is off by percents. One update only: a second
+    one would pass the round-off through Adam's step, which divides by |g| and amplifies it.
+    """
     eps = episodes(n_groups=2, group_size=4)
     grads = []
     for micro in (8, 2, 1):
@@ -77,17 +85,22 @@ def test_gradient_accumulation_equals_one_big_batch(agg):
                      "algo.kl_coef=0.1", "algo.entropy_coef=0.01")  # fmt: skip
         policy = Policy(tiny_lm(seed=3))
         policy.prepare_reference()
+        noise = torch.Generator().manual_seed(7)
+        with torch.no_grad():  # move the policy off the reference so the KL term has a gradient
+            for p in policy.trainable_parameters():
+                p.add_(0.02 * torch.randn(p.shape, generator=noise))
         engine = _GradCapture(policy, lr=1e-2)
         step = step_data(engine, eps, cfg)
         adv, returns, batch = compute_advantages(step)
         ref = score_tokens(engine, step.tokens, 4, reference=True)["logp"]
-        # make the policy differ from the reference so the KL term has a gradient
         ppo_update(engine, step, batch, adv, returns, ref, rng=torch.Generator().manual_seed(0))
-        ppo_update(engine, step, batch, adv, returns, ref, rng=torch.Generator().manual_seed(1))
-        grads.append(engine.grads)
-    assert grads[0].abs().max() > 1e-3
-    torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-7)
-    torch.testing.assert_close(grads[2], grads[0], rtol=1e-5, atol=1e-7)
+        grads.append(engine.grads.double())  # [P]
+    n_tokens = int(step.tokens.loss_mask.sum())
+    tolerance = 8 * n_tokens**0.5 * torch.finfo(torch.float32).eps  # relative, in norm
+    assert grads[0].abs().max() > 1e-3 and tolerance < 1e-4
+    for other in grads[1:]:
+        error = float((other - grads[0]).norm() / grads[0].norm())
+        assert error <= tolerance, (error, tolerance)
 
 
 def test_lora_updates_only_adapters_and_reference_is_base():

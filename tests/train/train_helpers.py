@@ -28,7 +28,8 @@ def tiny_lm(seed: int = 0, hidden: int = 32, layers: int = 2):
 
 
 def config(*overrides: str) -> RunConfig:
-    return load_config(None, list(overrides), validate=False)
+    # float32 unless a test asks: `auto` would measure the machine, and exact comparisons need one answer
+    return load_config(None, ["train.bf16_autocast=false", *overrides], validate=False)
 
 
 def episodes(n_groups: int = 2, group_size: int = 3, seed: int = 0, max_turns: int = 3) -> list[Episode]:
@@ -72,7 +73,7 @@ def step_data(policy_engine, eps, cfg, **kw):
 
     tokens = build_batch(eps)
     old = score_tokens(policy_engine, tokens, cfg.train.micro_batch_size)
-    return StepData(episodes=eps, tokens=tokens, old=old, config=cfg, **kw)
+    return StepData(episodes=eps, tokens=tokens, old=old, config=cfg, engine=policy_engine, **kw)
 
 
 def replace(cfg: RunConfig, section: str, **values) -> RunConfig:

@@ -1,11 +1,13 @@
-"""The seeded catalogue and goals: size, variety, determinism, splits, built-in fallback."""
+"""The seeded catalogue and goals: size, variety, determinism, splits, the built-in vocabulary by name."""
 
 from __future__ import annotations
+
+import pytest
 
 from agentrl.envs.web.catalog import Catalog, get_catalog
 from agentrl.envs.web.env import purchase_reward
 from agentrl.envs.web.vocab import load_vocabulary
-from agentrl.paths import shared_data_dir
+from agentrl.errors import EnvError
 
 
 def test_catalogue_size_variety_and_determinism():
@@ -52,12 +54,15 @@ def test_goals_splits_and_targets_score_one():
         assert purchase_reward(goal, {"asin": goal.asin, "options": goal.options}, catalog).reward == 1.0
 
 
-def test_real_vocabulary_when_present_and_builtin_otherwise():
+def test_real_vocabulary_ships_and_builtin_only_by_name(tmp_path, caplog):
     vocab = load_vocabulary("auto")
-    if shared_data_dir(required=False) is not None:
-        assert vocab.source == "webshop" and len(vocab.types) >= 100
-        assert vocab.openers[0][0] == "i am looking for"  # the most common opener of the human goals
-    builtin = Catalog(seed=0, n_products=1000, data_dir=None)
+    assert vocab.source == "webshop" and len(vocab.types) >= 100
+    assert vocab.openers[0][0] == "i am looking for"  # the most common opener of the human goals
+    with pytest.raises(EnvError, match="items_ins_v2_1000.json, which does not exist"):
+        load_vocabulary(tmp_path)  # a folder without webshop/: an error, not the built-in words
+    with caplog.at_level("WARNING"):
+        builtin = Catalog(seed=0, n_products=1000, data_dir="builtin")
+    assert "built-in vocabulary (data_dir='builtin')" in caplog.text
     assert builtin.vocab.source == "builtin" and len(builtin.products) == 1000
     assert len({p.type_name for p in builtin.products}) >= 20
     goal = builtin.goals("test")[0]

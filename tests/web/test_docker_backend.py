@@ -175,7 +175,7 @@ def test_close_removes_container_and_network():
 LEAKER = """
 import sys, time
 from agentrl.envs.web.docker_backend import DockerShopServer
-server = DockerShopServer(seed=2, n_products=60, data_dir=None)
+server = DockerShopServer(seed=2, n_products=60, data_dir="builtin")
 server.start()
 print(server.container.container_id, server.network.name, flush=True)
 time.sleep(600)

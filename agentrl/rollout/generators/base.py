@@ -13,9 +13,10 @@ This is what the learner recomputes, so an on-policy ratio is exactly 1 up to nu
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ class SamplingParams:
     stop_ids: tuple[int, ...] = ()  # extra stop ids; the generator always stops on its EOS ids
     seed: int | None = None
     return_entropy: bool = True
+    top_logprobs: int = 0  # also report the k most likely tokens at each step (0 = off)
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -41,6 +43,8 @@ class SamplingParams:
             raise ConfigError("rollout.temperature", f"must be in [0, 5], got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError("rollout.top_p", f"must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.top_logprobs <= 20:
+            raise ConfigError("top_logprobs", f"must be in [0, 20], got {self.top_logprobs}")
 
     @property
     def greedy(self) -> bool:
@@ -61,12 +65,38 @@ class GenerationOutput:
     entropy: list[float] | None = None
     finish_reason: str = "stop"  # "stop" (an EOS/stop id, included in ids) | "length"
     timings: dict[str, float] = field(default_factory=dict)
+    #: per token, the ``SamplingParams.top_logprobs`` most likely ``(id, logprob)`` pairs
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.logprobs):
             raise GeneratorError(f"{len(self.ids)} ids but {len(self.logprobs)} logprobs")
         if self.entropy is not None and len(self.entropy) != len(self.ids):
             raise GeneratorError(f"{len(self.ids)} ids but {len(self.entropy)} entropies")
+
+
+#: ``on_token(row, token_id, logprob, top)`` is called as each token is sampled (``row`` indexes the
+#: prompts, ``top`` is the step's top-logprob pairs or None); returning True ends that row there
+#: with finish_reason "stop" (the token is kept), e.g. when a stop string has appeared.
+TokenCallback = Callable[[int, int, float, "list[tuple[int, float]] | None"], bool]
+
+
+def replay_tokens(outputs: list[GenerationOutput], on_token: TokenCallback) -> None:
+    """Feed finished outputs to ``on_token`` as if streamed; a row the callback stops is cut there.
+
+    Generators that cannot call back during decoding get streaming and stop strings this way.
+    """
+    for row, out in enumerate(outputs):
+        for j, token in enumerate(out.ids):
+            top = out.top_logprobs[j] if out.top_logprobs is not None else None
+            if on_token(row, token, out.logprobs[j], top):
+                out.ids, out.logprobs = out.ids[: j + 1], out.logprobs[: j + 1]
+                if out.entropy is not None:
+                    out.entropy = out.entropy[: j + 1]
+                if out.top_logprobs is not None:
+                    out.top_logprobs = out.top_logprobs[: j + 1]
+                out.finish_reason = "stop"
+                break
 
 
 class Generator(ABC):
@@ -80,16 +110,46 @@ class Generator(ABC):
     supports_score: bool = False
     #: Requests per batch the backend handles well (the runner batches up to this many).
     max_batch_size: int = 32
+    #: Whether ``generate`` takes ``seeds=``: one independent sampling stream per prompt, so a
+    #: prompt's continuation does not depend on its batch-mates (the runner then batches requests
+    #: of different seeds together).
+    supports_row_seeds: bool = False
+    #: Whether ``generate`` takes ``on_token`` and calls it while decoding (else see :func:`replay_tokens`).
+    supports_streaming: bool = False
+    #: Whether ``generate`` honours ``SamplingParams.top_logprobs``.
+    supports_top_logprobs: bool = False
 
     @abstractmethod
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:
         """Sample one continuation per prompt (a batch of token-id lists)."""
 
     async def agenerate(
-        self, prompts: Sequence[Sequence[int]], sampling: SamplingParams
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        seeds: Sequence[int | None] | None = None,
     ) -> list[GenerationOutput]:
-        """Async form; by default runs :meth:`generate` in a worker thread."""
-        return await asyncio.to_thread(self.generate, prompts, sampling)
+        """Async form; by default runs :meth:`generate` in a worker thread (``seeds`` only where
+        :attr:`supports_row_seeds`)."""
+        if seeds is None:
+            return await asyncio.to_thread(self.generate, prompts, sampling)
+        return await asyncio.to_thread(self.generate, prompts, sampling, seeds=seeds)  # type: ignore[call-arg]
+
+    async def agenerate_streaming(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        on_token: TokenCallback,
+        seeds: Sequence[int | None] | None = None,
+    ) -> list[GenerationOutput]:
+        """:meth:`agenerate` calling ``on_token`` per sampled token: during decoding where the backend
+        can (``supports_streaming``), else replayed from the finished outputs."""
+        if self.supports_streaming:
+            kwargs = {} if seeds is None else {"seeds": seeds}
+            return await asyncio.to_thread(self.generate, prompts, sampling, on_token, **kwargs)  # type: ignore[call-arg]
+        outputs = await self.agenerate(prompts, sampling, seeds)
+        replay_tokens(outputs, on_token)
+        return outputs
 
     def score(
         self, contexts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], *, temperature: float = 1.0
@@ -120,6 +180,17 @@ class Generator(ABC):
     def close(self) -> None:
         """Release resources (servers, clients); the default holds none."""
         return None
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A 63-bit seed from ``parts`` (e.g. run seed, step, task, sample index, turn).
+
+    A keyed hash, not ``hash()``: the same parts give the same seed in every process (no
+    ``PYTHONHASHSEED`` dependence), and nearby parts give unrelated streams (``seed + step +
+    index`` would make step 1's first sample replay step 0's second).
+    """
+    text = "\x1f".join(f"{type(p).__name__}:{p}" for p in parts)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
 
 
 def check_prompts(prompts: Sequence[Sequence[int]], vocab_size: int | None = None) -> None:

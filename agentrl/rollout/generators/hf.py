@@ -17,7 +17,15 @@ from typing import Any
 import torch
 
 from agentrl.errors import GeneratorError
-from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams, check_prompts
+from agentrl.rollout.generators.base import (
+    GenerationOutput,
+    Generator,
+    SamplingParams,
+    TokenCallback,
+    check_prompts,
+    derive_seed,
+)
+from agentrl.rollout.generators.sampling import sample_next, top_pairs
 
 
 def eos_ids(model: Any, tokenizer: Any) -> set[int]:
@@ -46,32 +54,6 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: Any) -> tupl
     return input_ids.to(device), attention.to(device)
 
 
-def sample_next(
-    logits: torch.Tensor, sampling: SamplingParams, rng: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Pick next tokens from raw logits ``[B, V]``.
-
-    Returns ``(tokens [B], logprobs [B], entropy [B])`` where log-prob and entropy come from
-    ``log_softmax(logits / T)`` (before top-p/top-k truncation).
-    """
-    logp = torch.log_softmax(logits.float() / sampling.scale, dim=-1)  # [B, V]
-    entropy = -(logp.exp() * logp).sum(-1)  # [B]
-    if sampling.greedy:
-        tokens = logits.argmax(-1)
-    else:
-        probs = logp.exp()
-        if sampling.top_k > 0:
-            kth = torch.topk(probs, min(sampling.top_k, probs.shape[-1]), dim=-1).values[:, -1:]
-            probs = torch.where(probs < kth, torch.zeros_like(probs), probs)
-        if sampling.top_p < 1.0:
-            sorted_probs, order = probs.sort(dim=-1, descending=True)
-            before = sorted_probs.cumsum(-1) - sorted_probs  # mass strictly before each token
-            sorted_probs = torch.where(before >= sampling.top_p, torch.zeros_like(sorted_probs), sorted_probs)
-            probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-        tokens = torch.multinomial(probs / probs.sum(-1, keepdim=True), 1, generator=rng).squeeze(-1)
-    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1), entropy
-
-
 def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
     n = min(len(a), len(b), limit)
     if a[:n] == tuple(b[:n]):
@@ -84,6 +66,12 @@ def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def _remap_row(
+    on_token: TokenCallback, rows: list[int], row: int, token: int, logprob: float, top: Any
+) -> bool:
+    return on_token(rows[row], token, logprob, top)
 
 
 class PrefixCache:
@@ -217,6 +205,9 @@ class HFGenerator(Generator):
     name = "hf"
     supports_entropy = True
     supports_score = True
+    supports_row_seeds = True
+    supports_streaming = True
+    supports_top_logprobs = True
 
     def __init__(
         self,
@@ -231,7 +222,8 @@ class HFGenerator(Generator):
         """Args:
         max_batch_size: rows decoded together; larger requests are split.
         score_batch_size: rows per forward in :meth:`score`.
-        seed: seed of the sampling RNG (a request's ``SamplingParams.seed`` overrides it).
+        seed: seed of the shared sampling RNG, used by rows without a seed of their own (see
+            :meth:`generate`).
         prefix_cache_tokens: K/V tokens kept for prefix reuse across turns (0 disables).
         """
         self.model = model
@@ -256,32 +248,59 @@ class HFGenerator(Generator):
         return next(self.model.parameters()).device
 
     # ------------------------------------------------------------------ generation
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        on_token: TokenCallback | None = None,
+        *,
+        seeds: Sequence[int | None] | None = None,
+    ) -> list[GenerationOutput]:
+        """Sample one continuation per prompt.
+
+        Randomness: prompt ``i`` samples from its own stream, seeded by ``seeds[i]`` when given,
+        else by ``(sampling.seed, i)`` when the request has a seed, else it draws from the
+        generator's shared stream (then its tokens depend on what was sampled before). A seeded
+        row's continuation is the same in any batch, at any batch size.
+        """
         check_prompts(prompts, self.vocab_size)
+        if seeds is not None and len(seeds) != len(prompts):
+            raise GeneratorError(f"{len(prompts)} prompts but {len(seeds)} seeds")
         longest = max((len(p) for p in prompts), default=0)
         if longest + sampling.max_new_tokens > self.max_positions:
             raise GeneratorError(
                 f"prompt of {longest} tokens + {sampling.max_new_tokens} new tokens exceeds the model's "
                 f"{self.max_positions} positions; lower rollout.max_context_tokens"
             )
+        if seeds is None and sampling.seed is not None:
+            seeds = [derive_seed(sampling.seed, i) for i in range(len(prompts))]
         outputs: list[GenerationOutput | None] = [None] * len(prompts)
         # Similar lengths share a batch, so less padding is computed.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         with self._lock:
-            rng = self._rng
-            if sampling.seed is not None:
-                rng = torch.Generator(device="cpu").manual_seed(sampling.seed)
+            rngs = [
+                self._rng if seeds is None or seeds[i] is None else torch.Generator().manual_seed(seeds[i])
+                for i in range(len(prompts))
+            ]
             for start in range(0, len(order), self.max_batch_size):
                 chunk = order[start : start + self.max_batch_size]
-                for idx, out in zip(
-                    chunk, self._generate_batch([prompts[i] for i in chunk], sampling, rng), strict=True
-                ):
+                callback = None
+                if on_token is not None:
+                    callback = functools.partial(_remap_row, on_token, chunk)
+                batch_out = self._generate_batch(
+                    [prompts[i] for i in chunk], sampling, [rngs[i] for i in chunk], callback
+                )
+                for idx, out in zip(chunk, batch_out, strict=True):
                     outputs[idx] = out
         return outputs  # type: ignore[return-value]
 
     @torch.no_grad()
     def _generate_batch(
-        self, prompts: list[Sequence[int]], sampling: SamplingParams, rng: torch.Generator
+        self,
+        prompts: list[Sequence[int]],
+        sampling: SamplingParams,
+        rngs: list[torch.Generator],
+        on_token: TokenCallback | None = None,
     ) -> list[GenerationOutput]:
         """Prefill, then decode the batch step by step. Rows that stopped leave the batch once a
         quarter of it has (their cache rows are dropped), so the rest decode at a smaller batch."""
@@ -307,20 +326,25 @@ class HFGenerator(Generator):
         ids: list[list[int]] = [[] for _ in range(batch)]
         logps: list[list[float]] = [[] for _ in range(batch)]
         ents: list[list[float]] = [[] for _ in range(batch)]
+        tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(batch)]
         reasons = ["length"] * batch
         rows = list(range(batch))  # prompt index of each row still in the batch
         finished = [False] * batch  # per row of the current batch
         for step in range(sampling.max_new_tokens):
-            tokens, logp, entropy = sample_next(logits, sampling, rng if not sampling.greedy else None)
+            tokens, logp, entropy, dist = sample_next(logits, sampling, [rngs[b] for b in rows])
             is_stop = torch.isin(tokens, stop)
             tok_l, lp_l, ent_l, stop_l = tokens.tolist(), logp.tolist(), entropy.tolist(), is_stop.tolist()
+            top_l = top_pairs(dist, sampling.top_logprobs)
             for r, b in enumerate(rows):
                 if finished[r]:
                     continue
                 ids[b].append(tok_l[r])
                 logps[b].append(lp_l[r])
                 ents[b].append(ent_l[r])
-                if stop_l[r]:
+                if top_l is not None:
+                    tops[b].append(top_l[r])
+                ended = on_token(b, tok_l[r], lp_l[r], top_l[r] if top_l else None) if on_token else False
+                if stop_l[r] or ended:
                     finished[r] = True
                     reasons[b] = "stop"
             if all(finished) or step + 1 == sampling.max_new_tokens:
@@ -359,6 +383,7 @@ class HFGenerator(Generator):
                 entropy=ents[b] if sampling.return_entropy else None,
                 finish_reason=reasons[b],
                 timings=dict(timings),
+                top_logprobs=tops[b] if sampling.top_logprobs else None,
             )
             for b in range(batch)
         ]

@@ -2,14 +2,14 @@
 
 Token ids go in (``prompt`` as a list of ids) and come back (``return_token_ids`` /
 ``return_tokens_as_token_ids``, vLLM's conventions), so nothing is re-tokenized. Each prompt is
-one request; a semaphore caps requests in flight; transport errors, 429 and 5xx answers are
-retried with exponential backoff; 4xx answers fail at once with the server's message.
+one request, independent of the others (``independent_requests``: the batcher sends each on its
+own, so one hung or failing request never holds up its batch-mates); timeouts, retries with
+jittered backoff, the concurrency cap and the circuit breaker are :mod:`.http`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,8 +17,7 @@ import httpx
 
 from agentrl.errors import GeneratorError
 from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams, check_prompts
-
-RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+from agentrl.rollout.generators.http import CircuitBreaker, RequestPolicy, RequestStats, post_json
 
 
 def parse_choice(choice: dict[str, Any]) -> GenerationOutput:
@@ -53,6 +52,7 @@ class OpenAIGenerator(Generator):
     name = "openai"
     supports_entropy = False  # only when the server sends it (agentrl serve does)
     supports_score = False
+    independent_requests = True  # one HTTP request per prompt: the batcher never groups them
 
     def __init__(
         self,
@@ -66,17 +66,25 @@ class OpenAIGenerator(Generator):
         backoff_s: float = 0.5,
         concurrency: int = 32,
         extra_body: dict[str, Any] | None = None,
+        breaker_failures: int = 8,
+        timeout_setting: str = "OpenAIGenerator(timeout_s=...)",
     ):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
+        self.policy = RequestPolicy(
+            timeout_s=timeout_s,
+            connect_timeout_s=connect_timeout_s,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            breaker_failures=breaker_failures,
+            timeout_setting=timeout_setting,
+        )
+        self.breaker = CircuitBreaker(breaker_failures)
+        self.stats = RequestStats()
         self.concurrency = concurrency
         self.max_batch_size = concurrency
         self.extra_body = dict(extra_body or {})
-        self.retries = 0  # retried attempts so far (observability, tests)
         self._clients: dict[int, tuple[httpx.AsyncClient, asyncio.Semaphore]] = {}
 
     def _client(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
@@ -86,7 +94,8 @@ class OpenAIGenerator(Generator):
             limits = httpx.Limits(
                 max_connections=self.concurrency, max_keepalive_connections=self.concurrency
             )
-            client = httpx.AsyncClient(timeout=self.timeout, limits=limits, headers=self.headers)
+            timeout = httpx.Timeout(self.policy.timeout_s, connect=self.policy.connect_timeout_s)
+            client = httpx.AsyncClient(timeout=timeout, limits=limits, headers=self.headers)
             self._clients[key] = (client, asyncio.Semaphore(self.concurrency))
         return self._clients[key]
 
@@ -113,30 +122,22 @@ class OpenAIGenerator(Generator):
             body["seed"] = sampling.seed
         return body
 
+    @property
+    def retries(self) -> int:
+        """Retried attempts so far (observability, tests)."""
+        return self.stats.retries
+
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         client, semaphore = self._client()
-        url = f"{self.base_url}/completions"
-        last: str = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                self.retries += 1
-                await asyncio.sleep(self.backoff_s * (2 ** (attempt - 1)) * (1 + random.random() * 0.25))
-            async with semaphore:
-                try:
-                    response = await client.post(url, json=body)
-                except httpx.TransportError as exc:  # connection refused/dropped, timeouts
-                    last = f"{type(exc).__name__}: {exc}"
-                    continue
-            if response.status_code in RETRY_STATUS:
-                last = f"HTTP {response.status_code}: {response.text[:200]}"
-                continue
-            if response.status_code >= 400:
-                raise GeneratorError(f"{url} answered HTTP {response.status_code}: {response.text[:500]}")
-            try:
-                return response.json()
-            except ValueError as exc:
-                raise GeneratorError(f"{url} answered with invalid JSON: {response.text[:200]!r}") from exc
-        raise GeneratorError(f"{url} failed after {self.max_retries + 1} attempts; last error: {last}")
+        return await post_json(
+            client,
+            f"{self.base_url}/completions",
+            body,
+            policy=self.policy,
+            semaphore=semaphore,
+            breaker=self.breaker,
+            stats=self.stats,
+        )
 
     async def _one(self, prompt: Sequence[int], sampling: SamplingParams) -> GenerationOutput:
         payload = await self._post(self._body(prompt, sampling))

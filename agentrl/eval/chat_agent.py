@@ -1,0 +1,242 @@
+"""``--agent chat:URL#MODEL``: any chat-completions model (hosted APIs, vLLM, ``agentrl serve`` ...)
+as an eval agent, through the same scripted-agent episode path as the oracle (``reset`` / ``act``).
+
+Native tool protocol (default): the env's tool JSON schemas go out as ``tools``; the assistant's
+``tool_calls`` become the env's action (one ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``
+per call); the env's results go back as ``role: "tool"`` messages, one per call id. A reply with no
+tool calls is the action as written (e.g. ``FINAL ANSWER: 42``). Text protocol: no ``tools`` field;
+the schemas are appended to the system prompt and the assistant's text is the action, for servers
+without native tool calling.
+
+With ``images`` (``--images``), an image attachment goes to the model with the task as an
+``image_url`` content part (a data URI), for multimodal models; ``read_file`` still describes it.
+
+Every request runs under the episode's deadline (``--episode-timeout-s``) and its own timeout
+(``--request-timeout-s``); a hung request costs its own episode only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from agentrl.env import Task
+from agentrl.errors import ConfigError, EpisodeError
+from agentrl.rollout.generators.chat import ChatClient, ChatReply
+from agentrl.rollout.generators.http import DeadlineExceeded
+
+PROTOCOLS = ("native", "text")
+SEE_FIRST = "(the results of this turn's tool calls are in the first tool message)"
+
+
+def action_from_reply(message: dict[str, Any]) -> str:
+    """The env action for an assistant message: its tool calls in the env's Hermes format, else its text."""
+    calls = message.get("tool_calls") or []
+    if not calls:
+        return str(message.get("content") or "")
+    blocks = []
+    for call in calls:
+        function = call.get("function") or {}
+        name = json.dumps(str(function.get("name", "")))
+        raw = function.get("arguments")
+        if isinstance(raw, dict):
+            arguments = json.dumps(raw)
+        else:
+            raw = str(raw or "{}")
+            try:
+                arguments = json.dumps(json.loads(raw))
+            except json.JSONDecodeError:
+                arguments = raw  # left as sent: the env reports the malformed JSON to the model
+        blocks.append(f'<tool_call>{{"name": {name}, "arguments": {arguments}}}</tool_call>')
+    return "\n".join(blocks)
+
+
+def split_observation(observation: str, names: list[str]) -> list[str] | None:
+    """The env's combined observation of several calls (``[name] result`` blocks joined by blank
+    lines) cut back into one result per call; ``None`` when it is not in that shape."""
+    if len(names) == 1:
+        return [observation]
+    starts: list[int] = []
+    position = 0
+    for name in names:
+        head = f"[{name}] "
+        at = observation.find(head, position) if not starts else observation.find("\n\n" + head, position)
+        if at < 0:
+            return None
+        at += 2 if starts else 0
+        starts.append(at)
+        position = at + len(head)
+    ends = [s - 2 for s in starts[1:]] + [len(observation)]
+    parts = [observation[s + len(n) + 3 : e] for s, e, n in zip(starts, ends, names, strict=True)]
+    preface = observation[: starts[0]].strip()
+    if preface:
+        parts[0] = f"{preface}\n\n{parts[0]}"
+    return parts
+
+
+def image_data_uri(path: str) -> str | None:
+    """``data:image/...;base64,...`` of an image file, or ``None`` (not an image, absent, LFS pointer)."""
+    import base64
+    import mimetypes
+    from pathlib import Path
+
+    from agentrl.tools.files import IMAGE_SUFFIXES, is_lfs_pointer
+
+    file = Path(path)
+    if not path or file.suffix.lower() not in IMAGE_SUFFIXES or not file.is_file() or is_lfs_pointer(file):
+        return None
+    mime = mimetypes.guess_type(file.name)[0] or "image/png"
+    return f"data:{mime};base64,{base64.b64encode(file.read_bytes()).decode('ascii')}"
+
+
+def text_protocol_system(system_prompt: str, tools: list[dict[str, Any]]) -> str:
+    """The system prompt with the tool schemas written out (text protocol)."""
+    if not tools:
+        return system_prompt
+    schemas = "\n".join(json.dumps(t.get("function", t)) for t in tools)
+    return f"{system_prompt}\n\nTools (JSON schemas):\n{schemas}"
+
+
+class ChatAgent:
+    """One episode's conversation with a chat model (see the module doc).
+
+    Args:
+        client: the shared :class:`ChatClient` (one connection pool for all episodes).
+        system_prompt: the env's system prompt.
+        tools: the env's tool schemas, or a function returning them (read at each reset).
+        protocol: ``native`` or ``text``.
+        episode_timeout_s: wall-clock budget of the whole episode, from ``reset``.
+        timeout_setting: the setting that sets ``episode_timeout_s`` (named in the error).
+        transcripts: where to keep the conversation (``{"episode_id", "task_id", "messages"}``;
+            ``messages`` are exactly what was sent and received, with per-turn usage and latency).
+        episode_id: this episode's id in ``transcripts``.
+        images: send the task's image attachment (payload ``file_path``) with the task.
+    """
+
+    def __init__(
+        self,
+        client: ChatClient,
+        *,
+        system_prompt: str,
+        tools: list[dict[str, Any]] | Callable[[], list[dict[str, Any]]],
+        protocol: str = "native",
+        episode_timeout_s: float = 900.0,
+        timeout_setting: str = "--episode-timeout-s",
+        transcripts: list[dict[str, Any]] | None = None,
+        episode_id: str = "",
+        images: bool = False,
+    ):
+        if protocol not in PROTOCOLS:
+            raise ConfigError("tool_protocol", f"{protocol!r} is not a tool protocol", "use native or text")
+        self.client = client
+        self.system_prompt = system_prompt
+        self._tools_source = tools
+        self.protocol = protocol
+        self.episode_timeout_s = episode_timeout_s
+        self.timeout_setting = timeout_setting
+        self.tools: list[dict[str, Any]] = []
+        self.messages: list[dict[str, Any]] = []
+        self.deadline = 0.0
+        self.last_turn: dict[str, float] = {}
+        self._pending_calls: list[dict[str, Any]] = []
+        self.transcripts = transcripts
+        self.episode_id = episode_id
+        self.images = images
+        self._image: str | None = None  # data URI of this task's image attachment
+
+    def reset(self, task: Task) -> None:
+        self.tools = list(self._tools_source() if callable(self._tools_source) else self._tools_source)
+        system = self.system_prompt
+        if self.protocol == "text":
+            system = text_protocol_system(system, self.tools)
+        self.messages = [{"role": "system", "content": system}]
+        self.deadline = time.monotonic() + self.episode_timeout_s
+        self._pending_calls = []
+        self._image = image_data_uri(task.payload.get("file_path") or "") if self.images else None
+        if self.transcripts is not None:  # the list object grows as the episode goes on
+            self.transcripts.append(
+                {"episode_id": self.episode_id, "task_id": task.id, "messages": self.messages}
+            )
+
+    def _add_observation(self, observation: str) -> None:
+        calls, self._pending_calls = self._pending_calls, []
+        if not calls:
+            content: Any = observation
+            if self._image is not None and len(self.messages) == 1:  # the task: text + its image
+                content = [
+                    {"type": "text", "text": observation},
+                    {"type": "image_url", "image_url": {"url": self._image}},
+                ]
+            self.messages.append({"role": "user", "content": content})
+            return
+        names = [str((c.get("function") or {}).get("name", "")) for c in calls]
+        parts = split_observation(observation, names) or [observation] + [SEE_FIRST] * (len(calls) - 1)
+        for call, part in zip(calls, parts, strict=True):
+            self.messages.append({"role": "tool", "tool_call_id": str(call.get("id", "")), "content": part})
+
+    def _timeout(self) -> EpisodeError:
+        return EpisodeError(f"episode timeout after {self.episode_timeout_s:g}s ({self.timeout_setting})")
+
+    def act(self, observation: str) -> str:
+        self._add_observation(observation)
+        if time.monotonic() >= self.deadline:
+            raise self._timeout()
+        tools = self.tools if self.protocol == "native" else None
+        try:
+            sent = [{k: v for k, v in m.items() if k != "usage"} for m in self.messages]
+            reply: ChatReply = self.client.chat(sent, tools, deadline=self.deadline)
+        except DeadlineExceeded as exc:
+            raise EpisodeError(f"{self._timeout()}: {exc}") from None
+        # content "" rather than null: some servers' chat templates cannot render a null content
+        message = {"role": "assistant", "content": reply.message.get("content") or ""}
+        if self.protocol == "native" and reply.message.get("tool_calls"):
+            message["tool_calls"] = list(reply.message["tool_calls"])
+            self._pending_calls = message["tool_calls"]
+        self.last_turn = {"latency_s": reply.latency_s, **reply.usage}
+        self.messages.append({**message, "usage": self.last_turn})  # "usage" is stripped when sent
+        return action_from_reply(message) if self.protocol == "native" else str(message["content"] or "")
+
+
+def build_chat_client(spec: Any, settings: Any, *, concurrency: int, k: int) -> ChatClient:
+    """The shared client of a ``chat:`` agent spec under the resolved eval settings."""
+    import os
+
+    from agentrl.eval.model_agent import served_model_name
+    from agentrl.rollout.generators.http import RequestPolicy
+
+    key = os.environ.get(settings.api_key_env) or None
+    if key is None and settings.explicit("api_key_env"):
+        raise ConfigError(
+            settings.setting("api_key_env"),
+            f"environment variable {settings.api_key_env} is not set",
+            f"export {settings.api_key_env}=<your key>, or leave --api-key-env out for a server without keys",
+        )
+    model = spec.model or served_model_name(spec.url, api_key=key)
+    sampling: dict[str, Any] = {"temperature": 0.0 if k == 1 else 1.0}
+    if settings.explicit("max_new_tokens"):
+        sampling["max_tokens"] = settings.max_new_tokens
+    policy = RequestPolicy(
+        timeout_s=settings.request_timeout_s,
+        max_retries=settings.max_retries,
+        timeout_setting=settings.setting("request_timeout_s"),
+    )
+    return ChatClient(spec.url, model, api_key=key, policy=policy, concurrency=concurrency, sampling=sampling)
+
+
+def chat_factory(
+    client: ChatClient, settings: Any, transcripts: list[dict[str, Any]] | None = None
+) -> Callable[[Any, Any], ChatAgent]:
+    """``make_agent(env, job)`` for the scripted-agent runner: one :class:`ChatAgent` per episode."""
+    return lambda env, job: ChatAgent(
+        client,
+        system_prompt=env.unwrapped.system_prompt,
+        tools=lambda: env.unwrapped.tools,
+        protocol=settings.tool_protocol,
+        episode_timeout_s=settings.episode_timeout_s,
+        timeout_setting=settings.setting("episode_timeout_s"),
+        transcripts=transcripts,
+        episode_id=f"{job.task.id}#{job.sample}",
+        images=settings.images,
+    )

@@ -1,0 +1,170 @@
+"""Client of any OpenAI-compatible ``/v1/chat/completions`` server (hosted APIs, vLLM, SGLang,
+llama.cpp, Ollama, ``agentrl serve``): messages in, one assistant message out, no tokenizer.
+
+Requests go through :func:`agentrl.rollout.generators.http.post_json` (per-request timeout,
+per-request retries with jittered backoff, concurrency cap, circuit breaker). The client owns one
+event loop in a daemon thread, so synchronous callers on many worker threads share one connection
+pool and one concurrency cap: :meth:`ChatClient.chat` is thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from agentrl.errors import GeneratorError
+from agentrl.rollout.generators.http import (
+    CircuitBreaker,
+    DeadlineExceeded,
+    RequestPolicy,
+    RequestStats,
+    post_json,
+)
+
+
+@dataclass
+class ChatReply:
+    """One assistant message and what it cost."""
+
+    message: dict[str, Any]  # role, content, tool_calls (as the server sent them)
+    finish_reason: str | None
+    usage: dict[str, float] = field(default_factory=dict)  # prompt_tokens, completion_tokens, ...
+    latency_s: float = 0.0
+
+
+def parse_reply(payload: dict[str, Any], latency_s: float) -> ChatReply:
+    """The first choice of a chat-completions answer; a clear error for anything else."""
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise GeneratorError(f"the chat server answered without choices: {str(payload)[:300]}")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise GeneratorError(f"the chat server's choice has no message: {str(choices[0])[:300]}")
+    usage = {k: float(v) for k, v in (payload.get("usage") or {}).items() if isinstance(v, int | float)}
+    return ChatReply(dict(message), choices[0].get("finish_reason"), usage, latency_s)
+
+
+class ChatClient:
+    """Chat completions over HTTP.
+
+    Args:
+        base_url: the ``/v1`` base URL, e.g. ``https://api.openai.com/v1`` or ``http://host:8000/v1``.
+        model: the model name the server expects.
+        api_key: sent as ``Authorization: Bearer ...`` when given.
+        policy: timeouts, retries and the circuit breaker threshold.
+        concurrency: requests in flight at most.
+        sampling: extra body fields (``temperature``, ``max_tokens``, ``seed`` ...).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        policy: RequestPolicy | None = None,
+        concurrency: int = 8,
+        sampling: dict[str, Any] | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.policy = policy or RequestPolicy(timeout_setting="request timeout")
+        self.concurrency = max(1, concurrency)
+        self.sampling = dict(sampling or {})
+        self.breaker = CircuitBreaker(self.policy.breaker_failures)
+        self.stats = RequestStats()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+
+    def body(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": list(messages), **self.sampling}
+        if tools:
+            body["tools"] = list(tools)
+        return body
+
+    async def achat(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> ChatReply:
+        """One assistant message for ``messages`` (``tools``: OpenAI function schemas)."""
+        if self._client is None or self._semaphore is None:
+            limits = httpx.Limits(
+                max_connections=self.concurrency, max_keepalive_connections=self.concurrency
+            )
+            self._client = httpx.AsyncClient(headers=self.headers, limits=limits)
+            self._semaphore = asyncio.Semaphore(self.concurrency)
+        t0 = time.perf_counter()
+        payload = await post_json(
+            self._client,
+            f"{self.base_url}/chat/completions",
+            self.body(messages, tools),
+            policy=self.policy,
+            semaphore=self._semaphore,
+            breaker=self.breaker,
+            stats=self.stats,
+            deadline=deadline,
+        )
+        return parse_reply(payload, time.perf_counter() - t0)
+
+    def chat(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> ChatReply:
+        """Blocking form of :meth:`achat`, safe to call from many threads at once."""
+        future: Future[ChatReply] = asyncio.run_coroutine_threadsafe(
+            self.achat(messages, tools, deadline=deadline), self._ensure_loop()
+        )
+        # the coroutine enforces the deadline itself; this wait is a backstop, never the first limit
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic()) + 5.0
+        try:
+            return future.result(timeout=wait)
+        except FutureTimeout:
+            future.cancel()
+            raise DeadlineExceeded(f"the episode deadline passed waiting for {self.base_url}") from None
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=loop.run_forever, name="agentrl-chat", daemon=True)
+                self._thread.start()
+                self._loop = loop
+            return self._loop
+
+    def close(self) -> None:
+        """Close the connection pool and stop the loop thread (the client can start again later)."""
+        with self._lock:
+            loop, self._loop = self._loop, None
+        if loop is None:
+            return
+
+        async def shutdown() -> None:
+            if self._client is not None:
+                await self._client.aclose()
+            self._client, self._semaphore = None, None
+
+        asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        loop.close()

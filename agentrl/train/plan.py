@@ -1,0 +1,134 @@
+"""The objective a config asks for, resolved and checked before anything runs.
+
+:func:`objective_plan` looks the estimator and the loss up by name, resolves every option
+(function default, then the entry's preset, then the config's explicit value, which always wins),
+and refuses with a :class:`~agentrl.errors.ConfigError` naming the field and the fix:
+
+- an option the objective does not take (it would be silently ignored);
+- a declared need whose producer (:data:`agentrl.train.fields.BATCH_FIELDS`) this config does not
+  enable, naming the producer and the setting that provides it;
+- an estimator/loss pair that cannot train together (:func:`agentrl.algos.spec.pairing_problem`).
+
+``RunConfig.validate`` calls it; the update uses the same plan, so what was validated is what runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl.errors import ConfigError
+
+# AlgoConfig fields that are loss / estimator options; None = unset (the preset or default applies)
+LOSS_FIELDS = ("ratio", "agg", "agg_unit", "clip_low", "clip_high")
+ESTIMATOR_FIELDS = ("gamma", "lam")
+
+
+@dataclass(frozen=True)
+class ObjectivePlan:
+    """A config's estimator and policy loss with every option resolved, and what they read."""
+
+    estimator: Any  # agentrl.algos.spec.Estimator
+    loss: Any  # agentrl.algos.spec.Loss
+    advantage_options: dict[str, Any]
+    loss_options: dict[str, Any]
+
+    @property
+    def loss_needs(self) -> tuple[str, ...]:
+        return self.loss.needs(self.loss_options)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able record of the resolved objective (printed at start, saved in summary.json)."""
+
+        def plain(value: Any) -> Any:
+            return list(value) if isinstance(value, tuple) else value
+
+        return {
+            "advantage": self.estimator.name,
+            "advantage_options": {k: plain(v) for k, v in sorted(self.advantage_options.items())},
+            "advantage_needs": list(self.estimator.needs),
+            "loss": self.loss.name,
+            "loss_options": {k: plain(v) for k, v in sorted(self.loss_options.items())},
+            "loss_needs": list(self.loss_needs),
+        }
+
+
+def _explicit(algo: Any, fields: tuple[str, ...], extra: dict[str, Any], entry: Any, what: str,
+              section: str) -> dict[str, Any]:  # fmt: skip
+    accepted = entry.option_defaults()
+    explicit = {k: getattr(algo, k) for k in fields if getattr(algo, k) is not None}
+    for key in explicit:
+        if key not in accepted:
+            raise ConfigError(
+                f"algo.{key}",
+                f"is set but {what} '{entry.name}' takes no {key!r}, so it would be ignored",
+                f"remove it; {entry.name} takes: {', '.join(sorted(accepted)) or '(nothing)'}",
+            )
+    for key in extra:
+        if key not in accepted:
+            raise ConfigError(
+                f"algo.{section}.{key}",
+                f"{what} '{entry.name}' has no option {key!r}",
+                f"use one of: {', '.join(sorted(accepted)) or '(none)'}",
+            )
+    return {**explicit, **extra}
+
+
+def _check_producers(config: Any, who: str, needs: tuple[str, ...]) -> None:
+    from agentrl.train.fields import BATCH_FIELDS
+
+    for name in needs:
+        if name not in BATCH_FIELDS:
+            raise ConfigError("algo", f"{who} needs '{name}', which no registered producer makes")
+        made = BATCH_FIELDS.get(name)
+        if not made.available(config):
+            raise ConfigError(
+                made.setting.partition("=")[0],
+                f"{who} needs '{name}', produced by the {made.kind} ({made.doc}), which this config does not enable",
+                f"set {made.setting}",
+            )
+
+
+def objective_plan(config: Any) -> ObjectivePlan:
+    """Resolve and check ``config.algo`` against the registered objectives and producers."""
+    import agentrl.algos  # noqa: F401  (registers the objectives)
+    from agentrl.algos.spec import pairing_problem
+    from agentrl.registry import ADVANTAGES, LOSSES
+
+    algo = config.algo
+    estimator = ADVANTAGES.get(algo.advantage, field="algo.advantage")
+    loss = LOSSES.get(algo.loss, field="algo.loss")
+    if loss.role != "policy":
+        policy = [n for n in LOSSES.names() if LOSSES.get(n).role == "policy"]
+        raise ConfigError("algo.loss", f"'{loss.name}' is not a policy loss (the trainer uses it itself)",
+                          f"use one of: {', '.join(policy)}")  # fmt: skip
+    adv_options = estimator.resolve(
+        _explicit(algo, ESTIMATOR_FIELDS, dict(algo.options), estimator, "advantage", "options")
+    )
+    loss_options = loss.resolve(
+        _explicit(algo, LOSS_FIELDS, dict(algo.loss_options), loss, "loss", "loss_options")
+    )
+    problem = pairing_problem(estimator, loss, loss_options)
+    if problem is not None:
+        pairs = [
+            name for name in LOSSES.names()
+            if pairing_problem(estimator, LOSSES.get(name), LOSSES.get(name).resolve({})) is None
+        ]  # fmt: skip
+        raise ConfigError(
+            "algo.loss",
+            f"advantage '{estimator.name}' cannot train with loss '{loss.name}': {problem}",
+            f"use a loss that pairs with {estimator.name}: {', '.join(pairs)}",
+        )
+    plan = ObjectivePlan(estimator, loss, adv_options, loss_options)
+    _check_producers(config, f"advantage '{estimator.name}'", estimator.needs)
+    _check_producers(config, f"loss '{loss.name}'", plan.loss_needs)
+    if algo.clip_bias_correction and "ratio" not in loss_options:
+        raise ConfigError(
+            "algo.clip_bias_correction",
+            f"the clipping-bias correction needs a PPO-clip loss; '{loss.name}' is not one",
+            "use loss ppo_clip | turn_ppo | dapo | grpo | ... or set algo.clip_bias_correction=false",
+        )
+    return plan
+
+
+__all__ = ["ESTIMATOR_FIELDS", "LOSS_FIELDS", "ObjectivePlan", "objective_plan"]

@@ -1,0 +1,265 @@
+"""The ``chat:URL#model`` agent end to end over real HTTP (scripted chat servers in chat_servers.py) on a
+GAIA split as people download it: native tool calls, the text protocol, a hung request, a failing
+server, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from chat_servers import ScriptedChat, write_gaia_download
+
+from agentrl.eval.chat_agent import action_from_reply, split_observation
+from agentrl.eval.model_agent import ModelEvalConfig
+from agentrl.eval.runner import evaluate
+from agentrl.eval.suites import parse_suite
+from agentrl.rollout.server import BackgroundServer
+
+
+def _suite(root: Path, *extra: str):
+    return parse_suite("gaia", [f"data_dir={root}", "python=false", *extra])
+
+
+def _run(root: Path, server: ScriptedChat, concurrency: int = 3, **settings):
+    with BackgroundServer(server.app) as http:
+        return evaluate(
+            _suite(root),
+            f"chat:{http.url}#scripted",
+            concurrency=concurrency,
+            settings=ModelEvalConfig.resolve(**settings),
+        )
+
+
+def test_native_tool_calls_score_every_task_of_gaia_as_downloaded(tmp_path: Path) -> None:
+    records = write_gaia_download(tmp_path)
+    server = ScriptedChat(records)
+    result = _run(tmp_path, server)
+    assert [r["error"] for r in result.records] == [None] * len(records)
+    assert result.metrics["overall"]["success_rate"] == 1.0
+    # absent and LFS-pointer attachments are kept, marked and all listed
+    assert result.metrics["attachment_problems"] == [
+        {"task_id": "t-missing", "file_name": "t-missing.xlsx", "problem": "missing"},
+        {"task_id": "t-lfs", "file_name": "t-lfs.docx", "problem": "lfs_pointer"},
+    ]
+    # the env's tool schemas went out as `tools`, results came back as role "tool" messages
+    assert all(b["tools"][0]["function"]["name"] == "read_file" for b in server.bodies)
+    seen = server.tool_results
+    assert "ZIP archive t-zip.zip with 2 file(s)" in seen["t-zip"] and "ANSWER=zip42" in seen["t-zip"]
+    assert "PNG image, 8x4 pixels" in seen["t-png"] and "cannot see" in seen["t-png"]
+    assert "## Slide 2\nANSWER=slide7" in seen["t-pptx"]
+    assert "missing from this copy" in seen["t-missing"]
+    assert "Git-LFS pointer" in seen["t-lfs"] and "git lfs pull" in seen["t-lfs"]
+    assert "audio file" in seen["t-mp3"]
+    # latency and token usage per turn are in the episode record
+    turn = next(e for e in result.episodes if e.task_id == "t-csv").turns[0]
+    assert turn.action_text.startswith('<tool_call>{"name": "read_file"')
+    assert turn.timings["latency_s"] > 0 and turn.timings["completion_tokens"] == 7
+    assert result.metrics["settings"]["tool_protocol"] == "native"
+    # the exact conversation is kept per episode
+    (transcript,) = [t for t in result.transcripts if t["task_id"] == "t-csv"]
+    messages = transcript["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
+    assert messages[3]["tool_call_id"] == "call_t-csv" and "ANSWER=17" in messages[3]["content"]
+    assert messages[4]["content"].endswith("FINAL ANSWER: 17") and messages[4]["usage"]["prompt_tokens"] == 50
+    assert all("usage" not in m for b in server.bodies for m in b["messages"])  # records never go out
+
+
+def test_text_protocol_for_servers_without_tool_calling(tmp_path: Path) -> None:
+    records = write_gaia_download(tmp_path)
+    server = ScriptedChat(records)
+    result = _run(tmp_path, server, tool_protocol="text")
+    assert result.metrics["overall"]["success_rate"] == 1.0
+    assert not any("tools" in b for b in server.bodies)
+    system = server.bodies[0]["messages"][0]["content"]
+    assert "Tools (JSON schemas)" in system and '"name": "read_file"' in system
+
+
+def test_image_attachments_as_content_parts(tmp_path: Path) -> None:
+    records = write_gaia_download(tmp_path)
+    server = ScriptedChat(records)
+    result = _run(tmp_path, server, images=True)
+    assert result.metrics["overall"]["success_rate"] == 1.0
+    firsts = {
+        b["messages"][1]["content"][0]["text"] if isinstance(b["messages"][1]["content"], list) else "": b
+        for b in server.bodies
+        if len(b["messages"]) == 2
+    }
+    with_image = [text for text in firsts if text]
+    assert len(with_image) == 1 and "t-png.png" in with_image[0]
+    part = firsts[with_image[0]]["messages"][1]["content"][1]
+    assert part["type"] == "image_url" and part["image_url"]["url"].startswith(
+        "data:image/png;base64,iVBORw0KGgo"
+    )
+
+
+def test_a_hung_request_costs_only_its_own_episode(tmp_path: Path) -> None:
+    records = write_gaia_download(tmp_path, hang=True, extra=12)
+    server = ScriptedChat(records)
+    result = _run(tmp_path, server, concurrency=2, episode_timeout_s=3, request_timeout_s=1, max_retries=5)
+    by_id = {r["task_id"]: r for r in result.records}
+    hung = by_id.pop("t-hang")
+    assert hung["error"] and "episode timeout after 3s (--episode-timeout-s" in hung["error"]
+    assert hung["ground_truth"] == "7" and hung["bucket"] == "episode error"
+    assert all(r["error"] is None and r["success"] == 1.0 for r in by_id.values())
+
+
+@pytest.mark.parametrize("mode", ["500", "garbage"])
+def test_a_failing_server_fails_every_episode_fast(tmp_path: Path, mode: str) -> None:
+    records = write_gaia_download(tmp_path, extra=30)
+    server = ScriptedChat(records, mode=mode)
+    result = _run(tmp_path, server, concurrency=4, max_retries=2)
+    assert len(result.records) == len(records) and all(r["error"] for r in result.records)
+    expected = "HTTP 500" if mode == "500" else "invalid JSON"
+    assert all(expected in r["error"] for r in result.records)
+    # the circuit breaker opened after 8 requests failed for good: the rest were never sent
+    assert sum("not sending more" in r["error"] for r in result.records) >= len(records) - 8 - 4
+    assert server.requests <= (8 + 4) * 3
+
+
+def test_cli_user_path_with_a_comma_in_the_data_path(tmp_path: Path) -> None:
+    root = tmp_path / "GAIA, as downloaded" / "2023"
+    records = write_gaia_download(root)
+    server = ScriptedChat(records)
+    agentrl_bin = str(Path(sys.executable).parent / "agentrl")
+    env = {k: v for k, v in os.environ.items() if k != "AGENTRL_GAIA_DIR"}
+    with BackgroundServer(server.app) as http:
+        done = subprocess.run(
+            [agentrl_bin, "eval", "--suite", "gaia:python=false", "--suite-option", f"data_dir={root}"]
+            + [
+                "--agent",
+                f"chat:{http.url}#scripted",
+                "--episode-timeout-s",
+                "60",
+                "--out",
+                str(tmp_path / "out"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+    assert done.returncode == 0, done.stderr
+    assert "episode_timeout_s = 60.0  (--episode-timeout-s)" in done.stderr
+    assert "request_timeout_s = 120.0  (default)" in done.stderr
+    assert "success 100.0%" in done.stdout and "2 task(s) with an unavailable attachment" in done.stdout
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Tasks with an unavailable attachment (2)" in report
+    assert "- t-lfs: t-lfs.docx (lfs pointer)" in report
+    transcripts = (tmp_path / "out" / "transcripts.jsonl").read_text().splitlines()
+    assert len(transcripts) == len(records) and json.loads(transcripts[0])["messages"][0]["role"] == "system"
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["settings"]["sources"]["episode_timeout_s"] == "--episode-timeout-s"
+    # no data: a clear error, never the fixture
+    for argv, expected in [
+        (["--suite", "gaia"], "no GAIA data folder was given"),
+        (["--suite", "gaia:data_dir=~/no-such-gaia"], f"{Path.home()}/no-such-gaia does not exist"),
+    ]:
+        failed = subprocess.run(
+            [agentrl_bin, "eval", *argv, "--agent", "random"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert failed.returncode == 2 and expected in failed.stderr and "gaia-fixture" in failed.stderr
+
+
+def test_level_filter_and_skipping_unavailable_attachments(tmp_path: Path) -> None:
+    import agentrl
+
+    write_gaia_download(tmp_path)
+    env = agentrl.make("agentrl/GAIA-Real-v0", data_dir=str(tmp_path), level=1)
+    assert {t.id for t in env.unwrapped.tasks()} == {"t-plain", "t-csv", "t-missing", "t-mp3"}
+    env = agentrl.make("agentrl/GAIA-Real-v0", data_dir=str(tmp_path), skip_missing_attachments=True)
+    assert {"t-missing", "t-lfs"}.isdisjoint(t.id for t in env.unwrapped.tasks())
+    assert len(env.unwrapped.tasks()) == 7
+
+
+def test_reply_to_action_and_observation_split() -> None:
+    calls = [
+        {"id": "a", "function": {"name": "read_file", "arguments": '{"file_name": "x.csv"}'}},
+        {"id": "b", "function": {"name": "python", "arguments": '{"code": "print(1'}},  # malformed JSON
+    ]
+    action = action_from_reply({"content": "thinking", "tool_calls": calls})
+    assert action.splitlines() == [
+        '<tool_call>{"name": "read_file", "arguments": {"file_name": "x.csv"}}</tool_call>',
+        '<tool_call>{"name": "python", "arguments": {"code": "print(1}</tool_call>',
+    ]
+    assert action_from_reply({"content": "FINAL ANSWER: 3"}) == "FINAL ANSWER: 3"
+    combined = "[read_file] a | b\n\nrow\n\n[python] 1\n"
+    assert split_observation(combined, ["read_file", "python"]) == ["a | b\n\nrow", "1\n"]
+    assert split_observation("no headers here", ["read_file", "python"]) is None
+    assert split_observation("one", ["read_file"]) == ["one"]
+
+
+def test_settings_resolve_cli_over_environment_over_default(monkeypatch) -> None:
+    monkeypatch.setenv("AGENTRL_EVAL_EPISODE_TIMEOUT_S", "30")
+    monkeypatch.setenv("AGENTRL_EVAL_REQUEST_TIMEOUT_S", "5")
+    config = ModelEvalConfig.resolve(episode_timeout_s=12)
+    assert (config.episode_timeout_s, config.request_timeout_s, config.max_retries) == (12.0, 5.0, 2)
+    assert config.sources["episode_timeout_s"] == "--episode-timeout-s"
+    assert config.sources["request_timeout_s"] == "AGENTRL_EVAL_REQUEST_TIMEOUT_S"
+    with pytest.raises(Exception, match="--tool-protocol"):
+        ModelEvalConfig.resolve(tool_protocol="xml")
+
+
+def test_suite_options_may_hold_commas() -> None:
+    suite = parse_suite("gaia:data_dir=/data/GAIA, copy/2023,level=1")
+    assert suite.parts[0].kwargs == {"data_dir": "/data/GAIA, copy/2023", "level": 1}
+    suite = parse_suite("gaia", ["data_dir=/x,level=2/y"])
+    assert suite.parts[0].kwargs == {"data_dir": "/x,level=2/y"}
+
+
+@pytest.mark.parametrize("mode", ["hang", "500"])
+def test_completions_client_isolates_requests(tmp_path: Path, mode: str) -> None:
+    """The token-id ``openai:`` agent through the rollout runner: one request per episode, never
+    batched behind a hung one; an always-failing server trips the circuit breaker."""
+    from chat_servers import ScriptedCompletions
+
+    from agentrl.rollout.model import load_tokenizer
+
+    records = write_gaia_download(tmp_path, hang=mode == "hang", extra=10)
+    server = ScriptedCompletions(
+        records, load_tokenizer("smollm2-135m"), mode="500" if mode == "500" else "answer"
+    )
+    settings = ModelEvalConfig.resolve(
+        episode_timeout_s=3, request_timeout_s=1, max_retries=5 if mode == "hang" else 2
+    )
+    with BackgroundServer(server.app) as http:
+        result = evaluate(
+            _suite(tmp_path), f"openai:{http.url}#smollm2-135m", concurrency=4, settings=settings
+        )
+    by_id = {r["task_id"]: r for r in result.records}
+    if mode == "hang":
+        hung = by_id.pop("t-hang")
+        assert (
+            "episode timeout after 3s (--episode-timeout-s" in hung["error"] and hung["ground_truth"] == "7"
+        )
+        assert all(r["error"] is None and r["success"] == 1.0 for r in by_id.values())
+    else:
+        assert all("HTTP 500" in r["error"] for r in by_id.values())
+        assert sum("not sending more" in r["error"] for r in by_id.values()) >= len(records) - 8 - 4
+        assert server.requests <= (8 + 4) * 3
+
+
+def test_circuit_breaker_fails_fast_then_probes_after_cooldown() -> None:
+    from agentrl.rollout.generators.http import CircuitBreaker, RequestFailed
+
+    now = [100.0]
+    breaker = CircuitBreaker(threshold=2, cooldown_s=30.0, clock=lambda: now[0])  # a clock moved by hand
+    breaker.record(False, "HTTP 500")
+    breaker.check("http://x")  # one failure: still closed
+    breaker.record(False, "HTTP 500")
+    with pytest.raises(RequestFailed, match="the last 2 requests all failed .*HTTP 500"):
+        breaker.check("http://x")
+    now[0] += 31.0
+    breaker.check("http://x")  # the probe goes out
+    with pytest.raises(RequestFailed):
+        breaker.check("http://x")  # ... and only the probe
+    breaker.record(True)
+    breaker.check("http://x")
+    assert not breaker.opened and breaker.failures == 0
