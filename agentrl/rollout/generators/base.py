@@ -147,7 +147,7 @@ class Generator(ABC):
         if self.supports_streaming:
             kwargs = {} if seeds is None else {"seeds": seeds}
             return await asyncio.to_thread(self.generate, prompts, sampling, on_token, **kwargs)  # type: ignore[call-arg]
-        outputs = await self.agenerate(prompts, sampling, seeds)
+        outputs = await (self.agenerate(prompts, sampling) if seeds is None else self.agenerate(prompts, sampling, seeds))
         replay_tokens(outputs, on_token)
         return outputs
 
