@@ -337,6 +337,9 @@ def evaluate(
         "--tool-protocol",
         help="chat agents: native (tools + tool_calls) or text (<tool_call> in the text).",
     ),
+    ray: str | None = typer.Option(
+        None, help="Run the envs in Ray actors: auto, HOST:PORT, or local (a Ray on this machine)."
+    ),
 ) -> None:
     """Evaluate an agent on a suite and write a report."""
     from agentrl.eval.runner import run_eval
@@ -360,6 +363,7 @@ def evaluate(
                 "tool_protocol": tool_protocol,
                 "images": images,
             },
+            ray=ray,
         )
     )
 

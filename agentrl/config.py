@@ -63,6 +63,20 @@ class EnvConfig:
     """Observations longer than this are cut with a note."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for the env constructor."""
+    placement: str = "local"
+    """Where episodes' envs live: local (this process) | ray (Ray actors; needs agentrl[ray])."""
+    ray_address: str | None = None
+    """With placement ray: a cluster address (auto, host:port, ray://...) or null for a local Ray."""
+    num_cpus_per_env: float = 1.0
+    """With placement ray: CPUs Ray reserves per env (an actor reserves envs_per_actor times this)."""
+    envs_per_actor: int = 1
+    """With placement ray: envs one actor hosts at once (its sandbox pool/tool clients are shared)."""
+    ray_resources: dict[str, float] = field(default_factory=dict)
+    """With placement ray: custom resource labels each env actor needs, e.g. {envnode: 1}."""
+    ray_call_timeout_s: float = 120.0
+    """With placement ray: timeout of each remote env call (reset/step); past it the episode fails."""
+    ray_lost_retries: int = 0
+    """With placement ray: times an episode whose env actor died is rerun on a new actor (0: recorded failed)."""
 
     def validate(self, prefix: str) -> None:
         from agentrl.env import registered_ids
@@ -72,6 +86,9 @@ class EnvConfig:
             raise ConfigError(f"{prefix}.id", f"unknown env {self.id!r}", f"use one of: {', '.join(ids)}")
         if self.max_turns < 1:
             raise ConfigError(f"{prefix}.max_turns", f"must be >= 1, got {self.max_turns}")
+        from agentrl.rollout.remote_env import validate_placement
+
+        validate_placement(self, prefix)
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,7 @@ def run_model_jobs(
     concurrency: int,
     seed: int,
     settings: ModelEvalConfig | None = None,
+    remote: dict[str, Any] | None = None,
 ) -> tuple[list[tuple[Episode, float]], float]:
     """Run the jobs (task-major, ``suite.k`` samples each) part by part through ``run_episodes``.
 
@@ -242,7 +243,7 @@ def run_model_jobs(
                 env_kwargs={"split": suite.split, **{k: v for k, v in part.kwargs.items() if v is not None}},
             )
             episodes = run_episodes(
-                part.env_id,
+                part.env_id if remote is None else remote[part.env_id],  # --ray: envs in Ray actors
                 [j.task for j in first],
                 generator,
                 tokenizer,

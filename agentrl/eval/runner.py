@@ -199,9 +199,15 @@ def failed_episode(job: Job, error: str) -> Episode:
 
 
 def run_scripted(
-    suite: Suite, jobs: Sequence[Job], make_agent: Callable[[Any, Job], ScriptedAgent], concurrency: int
+    suite: Suite,
+    jobs: Sequence[Job],
+    make_agent: Callable[[Any, Job], ScriptedAgent],
+    concurrency: int,
+    remote: dict[str, Any] | None = None,
 ) -> list[tuple[Episode, float]]:
-    """Run ``jobs`` on ``concurrency`` threads, each with its own env per part."""
+    """Run ``jobs`` on ``concurrency`` threads, each with its own env per part (in Ray actors with ``remote``)."""
+    from agentrl.rollout.remote_env import BlockingEnv
+
     local = threading.local()
 
     def run(job: Job) -> tuple[Episode, float]:
@@ -209,7 +215,11 @@ def run_scripted(
         start = time.perf_counter()
         try:
             if job.part.env_id not in envs:
-                envs[job.part.env_id] = make_part_env(job.part, suite.split)
+                envs[job.part.env_id] = (
+                    make_part_env(job.part, suite.split)
+                    if remote is None
+                    else BlockingEnv(remote[job.part.env_id]())
+                )
             env = envs[job.part.env_id]
             episode = play_scripted(env, make_agent(env, job), job, suite.split)
         except Exception as exc:  # noqa: BLE001 - recorded on the episode and reported, never silenced
@@ -232,6 +242,20 @@ def scripted_factory(spec: AgentSpec, suite: Suite) -> Callable[[Any, Job], Scri
 
 
 # --------------------------------------------------------------------------- model agents
+def ray_envs(suite: Suite, address: str) -> dict[str, Any]:
+    """``--ray ADDRESS``: one pool of Ray env actors per part (``agentrl.rollout.remote_env``)."""
+    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+
+    return {
+        part.env_id: RayEnvs(
+            part.env_id,
+            {"split": suite.split, **{k: v for k, v in part.kwargs.items() if v is not None}},
+            RaySettings(address=None if address == "local" else address),
+        )
+        for part in suite.parts
+    }
+
+
 def run_model(
     suite: Suite,
     jobs: Sequence[Job],
@@ -240,6 +264,7 @@ def run_model(
     seed: int,
     settings: ModelEvalConfig,
     transcripts: list[dict[str, Any]],
+    remote: dict[str, Any] | None = None,
 ) -> tuple[list[tuple[Episode, float]], float]:
     """Model agents: chat servers through the scripted-agent path (:mod:`.chat_agent`), token-level
     ones through the rollout engine (HF generator or completions client); also returns the seconds
@@ -252,13 +277,13 @@ def run_model(
         setup_s = time.perf_counter() - start
         try:
             return run_scripted(
-                suite, jobs, chat_factory(client, settings, transcripts), concurrency
+                suite, jobs, chat_factory(client, settings, transcripts), concurrency, remote
             ), setup_s
         finally:
             client.close()
     from agentrl.eval.model_agent import run_model_jobs
 
-    return run_model_jobs(suite, jobs, spec, concurrency=concurrency, seed=seed, settings=settings)
+    return run_model_jobs(suite, jobs, spec, concurrency=concurrency, seed=seed, settings=settings, remote=remote)
 
 
 # --------------------------------------------------------------------------- entry points
@@ -270,6 +295,7 @@ def evaluate(
     concurrency: int = 4,
     seed: int = 0,
     settings: ModelEvalConfig | None = None,
+    ray: str | None = None,
 ) -> EvalResult:
     """Run ``agent`` on ``suite`` and return the records, the aggregate metrics and the episodes.
 
@@ -288,13 +314,18 @@ def evaluate(
         for i, (part, task) in enumerate(selected)
         for sample in range(suite_obj.k)
     ]
+    remote = ray_envs(suite_obj, ray) if ray else None  # envs in Ray actors (--ray)
     start = time.perf_counter()
     setup_s = 0.0
     transcripts: list[dict[str, Any]] = []
-    if spec.kind in ("oracle", "random"):
-        results = run_scripted(suite_obj, jobs, scripted_factory(spec, suite_obj), concurrency)
-    else:
-        results, setup_s = run_model(suite_obj, jobs, spec, concurrency, seed, settings, transcripts)
+    try:
+        if spec.kind in ("oracle", "random"):
+            results = run_scripted(suite_obj, jobs, scripted_factory(spec, suite_obj), concurrency, remote)
+        else:
+            results, setup_s = run_model(suite_obj, jobs, spec, concurrency, seed, settings, transcripts, remote)
+    finally:
+        for pool in (remote or {}).values():
+            pool.shutdown()
     wall = time.perf_counter() - start - setup_s
     records = [episode_record(suite_obj, job, ep, s) for job, (ep, s) in zip(jobs, results, strict=True)]
     metrics = {
@@ -304,6 +335,7 @@ def evaluate(
         "seed": seed,
         "limit": limit,
         "concurrency": concurrency,
+        "ray": ray,
         "metric_names": list(suite_obj.metrics),
         "wall_s": wall,
         "setup_s": setup_s,
@@ -340,6 +372,7 @@ def run_eval(
     as_json: bool = False,
     suite_options: Sequence[str] = (),
     settings: dict[str, Any] | None = None,
+    ray: str | None = None,
 ) -> int:
     """The ``agentrl eval`` command: evaluate, write the outputs, print the table. Returns the exit code.
 
@@ -353,7 +386,7 @@ def run_eval(
     for item in suite_options:
         command += ["--suite-option", item]
     command += ["--limit", str(limit)] if limit is not None else []
-    command += ["--concurrency", str(concurrency), "--seed", str(seed)]
+    command += ["--concurrency", str(concurrency), "--seed", str(seed)] + (["--ray", ray] if ray else [])
     for name, value in settings.items():
         option = SETTING_SOURCES[name][0]
         if isinstance(value, bool):
@@ -371,7 +404,7 @@ def run_eval(
                 f"[eval] warning: {', '.join(settings)} unused: {agent} is a scripted agent", file=sys.stderr
             )
         result = evaluate(
-            suite_obj, agent, limit=limit, concurrency=concurrency, seed=seed, settings=resolved
+            suite_obj, agent, limit=limit, concurrency=concurrency, seed=seed, settings=resolved, ray=ray
         )
     except AgentRLError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -175,8 +175,10 @@ class Batcher:
                     return callback(token, logprob, top) if callback is not None else False
 
                 outputs = await self.generator.agenerate_streaming(prompts, sampling, on_token, row_seeds)
-            else:
-                outputs = await self.generator.agenerate(prompts, sampling, row_seeds)
+            elif row_seeds is not None:
+                outputs = await self.generator.agenerate(prompts, sampling, seeds=row_seeds)
+            else:  # generators that take no seeds override agenerate(prompts, sampling)
+                outputs = await self.generator.agenerate(prompts, sampling)
         except asyncio.CancelledError:
             for r in live:
                 if not r.future.done():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import time
 import traceback
@@ -189,6 +190,8 @@ class Runner:
     # ------------------------------------------------------------------ one episode
     async def _episode(self, job: _Job, executor: ThreadPoolExecutor, policy: Policy) -> Episode:
         async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            if inspect.iscoroutinefunction(fn):  # remote envs (env.placement: ray) await their actor
+                return await fn(*args, **kwargs)
             return await call_in_executor(executor, fn, *args, **kwargs)
 
         options, _ = _task_options(job.task)
@@ -220,16 +223,19 @@ class Runner:
             ) from None
         finally:
             self._running.pop(job.index, None)
-            # close() may hang in a broken env: do not wait for it
-            loop = asyncio.get_running_loop()
-            loop.run_in_executor(executor, _close_quietly, env)
+            if getattr(env, "close_never_blocks", False):
+                _close_quietly(env)  # a remote env frees its actor slot now, before the next episode starts
+            else:  # close() may hang in a broken env: do not wait for it
+                asyncio.get_running_loop().run_in_executor(executor, _close_quietly, env)
 
     async def _job(
         self, job: _Job, executor: ThreadPoolExecutor, make_policy: Callable[[], Policy]
     ) -> Episode:
         attempts = 1 + (self.config.max_retries if self.config.watchdog_action == "retry" else 0)
+        lost_left = int(getattr(self.env, "lost_retries", 0))  # env.ray_lost_retries (remote envs)
         episode: Episode | None = None
-        for attempt in range(attempts):
+        stalls = 0
+        for _ in range(attempts + lost_left):
             task = asyncio.create_task(self._episode(job, executor, make_policy()))
             self._tasks[job.index] = task
             try:
@@ -244,14 +250,21 @@ class Runner:
                     f"watchdog: no progress for {self.config.watchdog_s:.0f}s (rollout.watchdog_s): {reason}"
                 )
                 episode = self._failed(job, error)
-                if attempt + 1 < attempts:
-                    self.stats.retried += 1
-                    log.warning("retrying %s", reason)
+                stalls += 1
+                if stalls >= attempts:
+                    break
+                self.stats.retried += 1
+                log.warning("retrying %s", reason)
             except Exception as exc:  # noqa: BLE001 - recorded on the episode; siblings go on
                 detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
                 where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
                 loc = f" at {where[0].filename}:{where[0].lineno}" if where else ""
                 episode = self._failed(job, f"{detail}{loc}")
+                if getattr(exc, "env_lost", False) and lost_left > 0:  # its env actor died: run it again
+                    lost_left -= 1
+                    self.stats.retried += 1
+                    log.warning("retrying on a new env actor: %s", detail)
+                    continue
                 break
             finally:
                 self._tasks.pop(job.index, None)

@@ -116,6 +116,7 @@ class Rollouts:
 
     def __init__(self, config: RunConfig, generator: Any, tokenizer: Any):
         import agentrl
+        from agentrl.rollout.remote_env import episode_envs
         from agentrl.rollout.runner import RunnerConfig
 
         env_cfg = config.env
@@ -123,6 +124,7 @@ class Rollouts:
             max_turns=env_cfg.max_turns, max_obs_chars=env_cfg.max_obs_chars, **env_cfg.kwargs
         )
         self.make_env = lambda: agentrl.make(env_cfg.id, **self.env_kwargs)
+        self.episode_env = episode_envs(env_cfg, self.env_kwargs, self.make_env)  # local or Ray actors
         probe = self.make_env()
         self.train_tasks = list(probe.unwrapped.load_tasks(env_cfg.split))
         self.eval_tasks = list(probe.unwrapped.load_tasks(env_cfg.eval_split))
@@ -143,7 +145,7 @@ class Rollouts:
             )
         stats = RunStats()
         episodes = run_episodes(
-            self.make_env, tasks, self.generator, self.tokenizer, runner_config,
+            self.episode_env, tasks, self.generator, self.tokenizer, runner_config,
             seed=seed, policy_version=version, stats=stats, out_path=out_path,
         )  # fmt: skip
         return episodes, stats.as_metrics()
@@ -159,7 +161,7 @@ class Rollouts:
             self.runner_config.agent, max_new_tokens=max(self.runner_config.agent.max_new_tokens, 512)
         )
         config = dataclasses.replace(self.runner_config, agent=agent, group_size=1, on_episode=on_episode)
-        return run_oracle_episodes(self.make_env, tasks, oracle_cls, self.tokenizer, config, seed=seed)
+        return run_oracle_episodes(self.episode_env, tasks, oracle_cls, self.tokenizer, config, seed=seed)
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:

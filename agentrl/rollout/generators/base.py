@@ -147,7 +147,7 @@ class Generator(ABC):
         if self.supports_streaming:
             kwargs = {} if seeds is None else {"seeds": seeds}
             return await asyncio.to_thread(self.generate, prompts, sampling, on_token, **kwargs)  # type: ignore[call-arg]
-        outputs = await self.agenerate(prompts, sampling, seeds)
+        outputs = await (self.agenerate(prompts, sampling) if seeds is None else self.agenerate(prompts, sampling, seeds))
         replay_tokens(outputs, on_token)
         return outputs
 
@@ -235,5 +235,14 @@ def make_generator(
     if backend == "openai":
         if not base_url:
             raise ConfigError("rollout.base_url", "is required with backend=openai", "set rollout.base_url")
+        urls = [u.strip() for u in base_url.split(",")]
+        if len(urls) > 1:  # several servers: balanced per episode (generators/balanced.py)
+            if not all(urls):
+                raise ConfigError(
+                    "rollout.base_url", f"empty URL in {base_url!r}", "use URL1,URL2 with no empty items"
+                )
+            from agentrl.rollout.generators.balanced import BalancedGenerator
+
+            return BalancedGenerator([cls(url, model=model_name, **kwargs) for url in urls])
         return cls(base_url, model=model_name, **kwargs)
     return cls(model_name, dtype=dtype, **kwargs)

@@ -1,0 +1,395 @@
+"""Envs in Ray actors (``env.placement: ray``), driven by the same runner as local envs.
+
+Each episode's env -- with its sandbox pool, web-shop session or retriever client -- is built and
+stepped inside a Ray actor on whichever node has room. The runner gets a :class:`RemoteEnv`
+adapter with the env interface (``reset``/``step``/``unwrapped.final_info``/``close``) whose
+methods await actor calls, so the agent, the token bookkeeping and the episode schema are the
+ones of a local env. Ray does the scheduling; this module only keeps a pool of actor slots.
+
+    envs = RayEnvs("agentrl/Search-v0", {"split": "train"}, RaySettings(address="auto"))  # or a factory
+    episodes = run_episodes(envs, tasks, generator, tokenizer, config)
+
+Every remote call has a timeout (``env.ray_call_timeout_s``). An actor that dies mid-episode
+fails only the episodes it hosted (recorded with the cause, or rerun on a new actor
+``env.ray_lost_retries`` times); the pool drops it and later episodes get a new actor.
+``ray`` is imported only here, and only when Ray placement is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl.errors import ConfigError, EnvError
+
+log = logging.getLogger("agentrl.rollout")
+
+PLACEMENTS = ("local", "ray")
+ACTOR_START_TIMEOUT_S = 300.0  # a new actor: process start, imports, env data (not a per-call budget)
+RAY_FIELDS = (
+    "ray_address",
+    "num_cpus_per_env",
+    "envs_per_actor",
+    "ray_resources",
+    "ray_call_timeout_s",
+    "ray_lost_retries",
+)
+
+
+class EnvActorLost(EnvError):
+    """The actor hosting an episode's env died; the runner reruns the episode ``env.ray_lost_retries`` times."""
+
+    env_lost = True
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError(
+            "env.placement", "ray placement needs Ray, which is not installed", "pip install 'agentrl[ray]'"
+        ) from exc
+    return ray
+
+
+def validate_placement(env: Any, prefix: str) -> None:
+    """Checks the ``env`` section's placement fields (called by ``EnvConfig.validate``)."""
+    if env.placement not in PLACEMENTS:
+        raise ConfigError(f"{prefix}.placement", f"unknown placement {env.placement!r}", "use local or ray")
+    if env.placement == "local":
+        for f in dataclasses.fields(env):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            if f.name in RAY_FIELDS and getattr(env, f.name) != default:
+                raise ConfigError(
+                    f"{prefix}.{f.name}",
+                    "only applies to placement ray",
+                    f"set {prefix}.placement=ray or drop it",
+                )
+        return
+    _import_ray()
+    if env.num_cpus_per_env < 0:
+        raise ConfigError(f"{prefix}.num_cpus_per_env", f"must be >= 0, got {env.num_cpus_per_env}")
+    if env.envs_per_actor < 1:
+        raise ConfigError(f"{prefix}.envs_per_actor", f"must be >= 1, got {env.envs_per_actor}")
+    if env.ray_lost_retries < 0:
+        raise ConfigError(f"{prefix}.ray_lost_retries", f"must be >= 0, got {env.ray_lost_retries}")
+    if env.ray_call_timeout_s <= 0:
+        raise ConfigError(f"{prefix}.ray_call_timeout_s", f"must be > 0, got {env.ray_call_timeout_s}")
+    for label, amount in env.ray_resources.items():
+        if not isinstance(amount, int | float) or isinstance(amount, bool) or amount <= 0:
+            raise ConfigError(
+                f"{prefix}.ray_resources.{label}",
+                f"must be a positive number, got {amount!r}",
+                "e.g. {envnode: 1}",
+            )
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    """How env actors are placed (from the ``env`` section: ``RaySettings.from_env(config.env)``)."""
+
+    address: str | None = None
+    num_cpus_per_env: float = 1.0
+    envs_per_actor: int = 1
+    resources: dict[str, float] = field(default_factory=dict)
+    call_timeout_s: float = 120.0
+    lost_retries: int = 0
+
+    @classmethod
+    def from_env(cls, env: Any) -> RaySettings:
+        return cls(
+            address=env.ray_address,
+            num_cpus_per_env=env.num_cpus_per_env,
+            envs_per_actor=env.envs_per_actor,
+            resources=dict(env.ray_resources),
+            call_timeout_s=env.ray_call_timeout_s,
+            lost_retries=env.ray_lost_retries,
+        )
+
+
+def init_ray(address: str | None) -> Any:
+    """Connects to (or, with ``address=None``, starts) Ray once per process; returns the module."""
+    ray = _import_ray()
+    if not ray.is_initialized():
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except ConnectionError as exc:
+            raise ConfigError(
+                "env.ray_address",
+                f"no Ray cluster answers at {address!r} ({exc})",
+                "start one (ray start --head) and pass its HOST:PORT, or null for a Ray on this machine",
+            ) from exc
+    return ray
+
+
+def episode_envs(env_cfg: Any, env_kwargs: dict[str, Any], local: Any) -> Any:
+    """The runner's env source for ``env.placement``: ``local`` (a factory) or a :class:`RayEnvs` pool."""
+    if env_cfg.placement != "ray":
+        return local
+    return RayEnvs(env_cfg.id, env_kwargs, RaySettings.from_env(env_cfg))
+
+
+class EnvHost:
+    """The actor body: hosts up to ``envs_per_actor`` envs, each keyed by its episode's handle."""
+
+    def __init__(self, env: str | Callable[[], Any], env_kwargs: dict[str, Any]):
+        self.env = env  # a registered id, or a zero-argument factory (shipped to the actor by Ray)
+        self.env_kwargs = env_kwargs
+        self.envs: dict[str, Any] = {}
+
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
+
+    def reset(self, key: str, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, ...]:
+        from agentrl.env import make
+        from agentrl.rollout.agent import _sandbox_id
+
+        env = self.envs.get(key)
+        if env is None:
+            new = make(self.env, **self.env_kwargs) if isinstance(self.env, str) else self.env()
+            env = self.envs[key] = new
+        obs, info = env.reset(seed=seed, options=options)
+        inner = env.unwrapped
+        meta = {
+            "task": inner.task,
+            "tools": list(inner.tools),
+            "system_prompt": inner.system_prompt,
+            "sandbox_id": _sandbox_id(env),
+        }
+        return obs, info, meta
+
+    def step(self, key: str, action: str) -> tuple[Any, ...]:
+        return self._env(key).step(action)
+
+    def final_info(self, key: str, *args: Any, **kwargs: Any) -> Any:
+        return self._env(key).unwrapped.final_info(*args, **kwargs)
+
+    def close(self, key: str) -> None:
+        env = self.envs.pop(key, None)
+        if env is not None:
+            env.close()
+
+    def _env(self, key: str) -> Any:
+        if key not in self.envs:
+            raise EnvError(f"env {key} is not open on this actor (call reset first)")
+        return self.envs[key]
+
+
+class _Actor:
+    """One env actor and how many of its slots are taken."""
+
+    def __init__(self, handle: Any, index: int):
+        self.handle = handle
+        self.index = index
+        self.used = 0
+        self.dead = False
+        self.started = False
+        self.ready = handle.where.remote()  # resolves once the actor process runs
+
+
+class RayEnvs:
+    """Env factory for the runner: each call returns a :class:`RemoteEnv` hosted by a pooled actor.
+
+    Actors are created on demand (``envs_per_actor`` episodes each, ``num_cpus_per_env`` CPUs per
+    slot, plus ``resources``), reused across episodes and runs, and dropped when they die.
+    """
+
+    def __init__(
+        self,
+        env: str | Callable[[], Any],
+        env_kwargs: dict[str, Any] | None = None,
+        settings: RaySettings | None = None,
+    ):
+        self.env = env
+        self.env_id = (
+            env if isinstance(env, str) else getattr(env, "env_id", getattr(env, "__name__", "custom"))
+        )
+        self.env_kwargs = dict(env_kwargs or {})
+        if self.env_kwargs and not isinstance(env, str):
+            raise ConfigError("env.kwargs", "kwargs go with a registered env id", "bind them in the factory")
+        self.settings = settings or RaySettings()
+        self.lost_retries = self.settings.lost_retries  # read by the runner
+        self.ray = init_ray(self.settings.address)
+        self._actors: list[_Actor] = []
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+        s = self.settings
+        self._actor_cls = self.ray.remote(EnvHost).options(
+            num_cpus=s.num_cpus_per_env * s.envs_per_actor,
+            resources=dict(s.resources) or None,
+            max_concurrency=s.envs_per_actor + 1,  # blocking env calls of its episodes run side by side
+            scheduling_strategy="SPREAD",
+        )
+        self.open_envs: dict[str, RemoteEnv] = {}  # live handles, for inspection (tests, benchmarks)
+        nodes = [n for n in self.ray.nodes() if n.get("Alive")]
+        log.info(
+            "env placement ray: %s on %d node(s) (%s CPU), %s env(s)/actor, %.2f CPU/env, resources %s, "
+            "call timeout %.0fs, %d rerun(s) of lost episodes",
+            self.env_id, len(nodes), self.ray.cluster_resources().get("CPU", 0), s.envs_per_actor,
+            s.num_cpus_per_env, dict(s.resources), s.call_timeout_s, s.lost_retries,
+        )  # fmt: skip
+
+    def __call__(self) -> RemoteEnv:
+        return RemoteEnv(self)
+
+    # -- slots (thread-safe: close() runs in the runner's executor)
+    def acquire(self) -> _Actor:
+        with self._lock:
+            for actor in self._actors:
+                if not actor.dead and actor.used < self.settings.envs_per_actor:
+                    actor.used += 1
+                    return actor
+            actor = _Actor(self._actor_cls.remote(self.env, self.env_kwargs), next(self._counter))
+            actor.used = 1
+            self._actors.append(actor)
+            return actor
+
+    def release(self, actor: _Actor) -> None:
+        with self._lock:
+            actor.used -= 1
+
+    def mark_dead(self, actor: _Actor) -> None:
+        with self._lock:
+            actor.dead = True
+            if actor in self._actors:
+                self._actors.remove(actor)
+
+    @property
+    def actors(self) -> list[Any]:
+        with self._lock:
+            return [a.handle for a in self._actors]
+
+    def shutdown(self) -> None:
+        """Kills this pool's actors (the Ray connection stays up)."""
+        with self._lock:
+            actors, self._actors = self._actors, []
+        for actor in actors:
+            self.ray.kill(actor.handle)
+
+
+class BlockingEnv:
+    """A :class:`RemoteEnv` for synchronous callers (scripted eval agents): each call runs to completion."""
+
+    def __init__(self, remote: RemoteEnv):
+        self.remote = remote
+
+    @property
+    def unwrapped(self) -> RemoteEnv:
+        return self.remote
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        return asyncio.run(self.remote.reset(seed=seed, options=options))
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        return asyncio.run(self.remote.step(action))
+
+    def close(self) -> None:
+        self.remote.close()
+
+
+class RemoteEnv:
+    """The env interface over a pooled Ray actor; its ``reset``/``step``/``final_info`` are async."""
+
+    def __init__(self, pool: RayEnvs):
+        self.pool = pool
+        self.key = uuid.uuid4().hex[:12]
+        self.actor: _Actor | None = None
+        self.task: Any = None
+        self.tools: list[dict[str, Any]] = []
+        self.system_prompt = ""
+        self.sandbox_id: str | None = None
+        self.closed = False
+
+    @property
+    def unwrapped(self) -> RemoteEnv:
+        return self
+
+    @property
+    def handle(self) -> Any:
+        """The Ray actor handle hosting this env (``None`` before ``reset``)."""
+        return self.actor.handle if self.actor is not None else None
+
+    async def _started(self) -> None:
+        """Waits (up to ``ACTOR_START_TIMEOUT_S``) until the actor runs: a new one needs a node with room."""
+        assert self.actor is not None
+        if self.actor.started:
+            return
+        s = self.pool.settings
+        need = f"{s.num_cpus_per_env * s.envs_per_actor} CPU and resources {dict(s.resources)}"
+        try:
+            await self._await(self.actor.ready, ACTOR_START_TIMEOUT_S, "start", kill=True)
+        except EnvError:
+            raise EnvError(
+                f"env actor {self.actor.index} did not start within {ACTOR_START_TIMEOUT_S:.0f}s: "
+                f"does a node have {need} free? (env.num_cpus_per_env, env.envs_per_actor, env.ray_resources)"
+            ) from None
+        self.actor.started = True
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        assert self.actor is not None
+        await self._started()
+        ref = getattr(self.actor.handle, method).remote(self.key, *args, **kwargs)
+        # a hung env alone on its actor: kill it to free its CPUs for a new one
+        return await self._await(ref, self.pool.settings.call_timeout_s, method, kill=self.actor.used == 1)
+
+    async def _await(self, ref: Any, timeout: float, method: str, *, kill: bool) -> Any:
+        assert self.actor is not None
+        ray = self.pool.ray
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=timeout)
+        except TimeoutError:
+            ray.cancel(ref)
+            if kill:
+                self.pool.mark_dead(self.actor)
+                ray.kill(self.actor.handle)
+            raise EnvError(
+                f"remote env {method} took over {timeout:.0f}s on actor {self.actor.index} "
+                "(env.ray_call_timeout_s)"
+            ) from None
+        except ray.exceptions.RayActorError as exc:
+            self.pool.mark_dead(self.actor)
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise EnvActorLost(f"env actor {self.actor.index} died during {method}: {cause}") from None
+        except ray.exceptions.RayTaskError as exc:
+            raise exc.as_instanceof_cause() from None
+
+    async def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict]:
+        if self.actor is None:
+            self.actor = self.pool.acquire()
+            self.pool.open_envs[self.key] = self
+        obs, info, meta = await self._call("reset", seed, options)
+        self.task, self.tools = meta["task"], meta["tools"]
+        self.system_prompt, self.sandbox_id = meta["system_prompt"], meta["sandbox_id"]
+        return obs, info
+
+    async def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        return await self._call("step", action)
+
+    async def final_info(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._call("final_info", *args, **kwargs)
+
+    close_never_blocks = True  # the runner closes it inline, so its slot is free for the next episode
+
+    def close(self) -> None:
+        """Frees the slot; the actor closes the env in the background (nothing to wait for)."""
+        if self.closed or self.actor is None:
+            self.closed = True
+            return
+        self.closed = True
+        self.pool.open_envs.pop(self.key, None)
+        if not self.actor.dead:
+            self.actor.handle.close.remote(self.key)
+        self.pool.release(self.actor)
