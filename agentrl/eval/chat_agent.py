@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from agentrl.actions import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, format_tool_call
 from agentrl.env import Task
 from agentrl.errors import ConfigError, EpisodeError
 from agentrl.rollout.generators.chat import ChatClient, ChatReply
@@ -39,17 +40,16 @@ def action_from_reply(message: dict[str, Any]) -> str:
     blocks = []
     for call in calls:
         function = call.get("function") or {}
-        name = json.dumps(str(function.get("name", "")))
+        name = str(function.get("name", ""))
         raw = function.get("arguments")
-        if isinstance(raw, dict):
-            arguments = json.dumps(raw)
-        else:
-            raw = str(raw or "{}")
-            try:
-                arguments = json.dumps(json.loads(raw))
-            except json.JSONDecodeError:
-                arguments = raw  # left as sent: the env reports the malformed JSON to the model
-        blocks.append(f'<tool_call>{{"name": {name}, "arguments": {arguments}}}</tool_call>')
+        try:
+            arguments = raw if isinstance(raw, dict) else json.loads(str(raw or "{}"))
+        except json.JSONDecodeError:
+            arguments = None
+        if isinstance(arguments, dict):
+            blocks.append(format_tool_call(name, arguments))
+        else:  # left as sent: the env reports the malformed arguments to the model
+            blocks.append(f'{TOOL_CALL_OPEN}{{"name": {json.dumps(name)}, "arguments": {raw}}}{TOOL_CALL_CLOSE}')
     return "\n".join(blocks)
 
 
