@@ -11,6 +11,7 @@ algorithm's name: estimators, losses and KL come from ``agentrl.registry`` and t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -109,6 +110,18 @@ def sync_generator(engine: Any, generator: Any) -> None:
             generator.update_weights(export_weights(engine.policy))
     else:
         generator.update_weights(export_weights(engine.policy))
+
+
+def export_model(engine: Any, tokenizer: Any, directory: Path, *, write: bool = True) -> Path:
+    """The trained policy as a folder ``agentrl serve --adapter DIR`` and ``model.adapter`` load:
+    the PEFT adapter under LoRA, else the full model (``save_pretrained``), plus the tokenizer.
+    Every rank calls it (ZeRO-3 gathers the weights collectively); only ``write`` ranks save."""
+    gather = getattr(engine, "gathered_parameters", None)
+    with gather() if gather is not None else contextlib.nullcontext():
+        if write:
+            engine.policy.model.save_pretrained(directory)
+            tokenizer.save_pretrained(directory)
+    return directory
 
 
 class Rollouts:
@@ -345,6 +358,7 @@ def train(config: RunConfig) -> dict[str, Any]:
     logger.close()
     progress.close()
     summary["precision"] = precision.as_dict()
+    summary["model_dir"] = str(export_model(engine, tokenizer, out_dir / "model", write=rank0))
     if rank0:
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
