@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import threading
 import time
 import weakref
@@ -59,6 +60,13 @@ def shared_pool(backend: str = "auto", size: int = DEFAULT_POOL_SIZE, **limits: 
             raise SandboxError(message) from exc
         _POOLS[key] = pool
         return pool
+
+
+def pool_stats() -> list[dict[str, Any]]:
+    """Backend, size and :class:`~agentrl.sandboxes.PoolStats` counters of this process's shared pools."""
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+    return [{"backend": p.backend, "size": p.size, **dataclasses.asdict(p.stats)} for p in pools]
 
 
 @atexit.register

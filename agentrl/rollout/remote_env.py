@@ -151,6 +151,12 @@ class EnvHost:
 
         return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
 
+    def sandbox_pools(self) -> list[dict[str, Any]]:
+        """The sandbox pools this actor's envs lease from: backend, size and their counters."""
+        from agentrl.tools.python import pool_stats
+
+        return pool_stats()
+
     def reset(self, key: str, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, ...]:
         from agentrl.env import make
         from agentrl.rollout.agent import _sandbox_id
