@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from agentrl.envs.code.oracle import CodeOracle
+from agentrl.envs.code.oracle import CodeOracle, call
 from agentrl.rollout.agent import AgentConfig
 from agentrl.rollout.runner import RunnerConfig
 from tests.scale.test_ray_envs import _canonical
@@ -25,7 +25,11 @@ ENV_KWARGS = {"sandbox_backend": "docker", "pool_size": 2, "n_tasks": 8}
 
 def _config(concurrency: int = 4) -> RunnerConfig:
     # the oracle's first cell carries a whole solution program: room for it in one turn
-    return RunnerConfig(agent=AgentConfig(max_new_tokens=2048, max_context_tokens=8192), concurrency=concurrency, progress=False)
+    return RunnerConfig(
+        agent=AgentConfig(max_new_tokens=2048, max_context_tokens=8192),
+        concurrency=concurrency,
+        progress=False,
+    )
 
 
 def _tasks(n: int) -> list:
@@ -45,8 +49,8 @@ def _without_usage(episode) -> dict:
         for turn in segment["turns"]:
             usage = turn.pop("sandbox_usage")
             assert (usage["wall_s"] > 0) if turn["tool_calls"] else usage is None, usage
-            for call in turn["tool_calls"]:
-                assert call.pop("usage")["wall_s"] > 0
+            for tool_call in turn["tool_calls"]:
+                assert tool_call.pop("usage")["wall_s"] > 0
     return record
 
 
@@ -99,7 +103,7 @@ class PlantingAgent(CodeOracle):
         self.turn += 1
         if self.turn == 1:
             code = "import json\n" + PROBE_AND_PLANT
-            return "<tool_call>" + json.dumps({"name": "python", "arguments": {"code": code}}) + "</tool_call>"
+            return call(code)
         PlantingAgent.seen.append(json.loads(observation.strip().splitlines()[-1]))
         return "<answer>0</answer>"
 
