@@ -77,6 +77,9 @@ class EnvConfig:
     """With placement ray: timeout of each remote env call (reset/step); past it the episode fails."""
     ray_lost_retries: int = 0
     """With placement ray: times an episode whose env actor died is rerun on a new actor (0: recorded failed)."""
+    ray_services: str = "node"
+    """With placement ray: shared tool services: node (one sandbox pool and shop server per node) | cluster
+    (one shop for the cluster; sandbox pools stay per node) | actor (each env actor its own)."""
 
     def validate(self, prefix: str) -> None:
         from agentrl.env import registered_ids

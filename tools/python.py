@@ -20,6 +20,7 @@ import dataclasses
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from agentrl.errors import SandboxError, ToolError
@@ -31,6 +32,15 @@ _POOL_FAILURES: dict[tuple[Any, ...], tuple[float, str]] = {}
 _POOLS_LOCK = threading.Lock()
 _LIVE_SLOTS: weakref.WeakSet[SandboxSlot] = weakref.WeakSet()  # slots holding a lease (released at exit)
 FAILURE_RETRY_S = 30.0  # a backend that failed to start is not retried on every call
+_POOL_PROVIDER: Callable[[str, int, dict[str, Any]], Any] | None = None
+
+
+def use_pool_provider(provider: Callable[[str, int, dict[str, Any]], Any] | None) -> None:
+    """Make :func:`shared_pool` return ``provider(backend, size, limits)`` in this process: an object
+    with ``lease(timeout)`` and ``close()`` (a Ray env actor leases from its node's pool this way)."""
+    global _POOL_PROVIDER
+    with _POOLS_LOCK:
+        _POOL_PROVIDER = provider
 
 
 def shared_pool(backend: str = "auto", size: int = DEFAULT_POOL_SIZE, **limits: Any) -> Any:
@@ -46,6 +56,9 @@ def shared_pool(backend: str = "auto", size: int = DEFAULT_POOL_SIZE, **limits: 
         failed = _POOL_FAILURES.get(key)
         if failed and time.monotonic() - failed[0] < FAILURE_RETRY_S:
             raise SandboxError(failed[1])
+        if _POOL_PROVIDER is not None:
+            _POOLS[key] = _POOL_PROVIDER(backend, size, dict(limits))
+            return _POOLS[key]
         try:
             from agentrl.sandboxes import SandboxPool, resolve_backend
 
@@ -66,7 +79,11 @@ def pool_stats() -> list[dict[str, Any]]:
     """Backend, size and :class:`~agentrl.sandboxes.PoolStats` counters of this process's shared pools."""
     with _POOLS_LOCK:
         pools = list(_POOLS.values())
-    return [{"backend": p.backend, "size": p.size, **dataclasses.asdict(p.stats)} for p in pools]
+    return [
+        {"backend": p.backend, "size": p.size, **dataclasses.asdict(p.stats)}
+        for p in pools
+        if hasattr(p, "stats")
+    ]
 
 
 @atexit.register

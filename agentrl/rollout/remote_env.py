@@ -41,6 +41,7 @@ RAY_FIELDS = (
     "ray_resources",
     "ray_call_timeout_s",
     "ray_lost_retries",
+    "ray_services",
 )
 
 
@@ -83,6 +84,14 @@ def validate_placement(env: Any, prefix: str) -> None:
         raise ConfigError(f"{prefix}.ray_lost_retries", f"must be >= 0, got {env.ray_lost_retries}")
     if env.ray_call_timeout_s <= 0:
         raise ConfigError(f"{prefix}.ray_call_timeout_s", f"must be > 0, got {env.ray_call_timeout_s}")
+    from agentrl.rollout.ray_services import SCOPES
+
+    if env.ray_services not in SCOPES:
+        raise ConfigError(
+            f"{prefix}.ray_services",
+            f"unknown scope {env.ray_services!r}",
+            f"use one of: {', '.join(SCOPES)}",
+        )
     for label, amount in env.ray_resources.items():
         if not isinstance(amount, int | float) or isinstance(amount, bool) or amount <= 0:
             raise ConfigError(
@@ -102,6 +111,7 @@ class RaySettings:
     resources: dict[str, float] = field(default_factory=dict)
     call_timeout_s: float = 120.0
     lost_retries: int = 0
+    services: str = "node"  # shared tool services: node | cluster | actor (see ray_services.py)
 
     @classmethod
     def from_env(cls, env: Any) -> RaySettings:
@@ -112,6 +122,7 @@ class RaySettings:
             resources=dict(env.ray_resources),
             call_timeout_s=env.ray_call_timeout_s,
             lost_retries=env.ray_lost_retries,
+            services=env.ray_services,
         )
 
 
@@ -145,26 +156,54 @@ class EnvHost:
         self.env = env  # a registered id, or a zero-argument factory (shipped to the actor by Ray)
         self.env_kwargs = env_kwargs
         self.envs: dict[str, Any] = {}
+        self.services: dict[str, Any] = {}
 
     def where(self) -> dict[str, Any]:
         import ray
 
-        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
+        context = ray.get_runtime_context()
+        return {"pid": os.getpid(), "node_id": context.get_node_id(), "actor_id": context.get_actor_id()}
+
+    def attach(self, services: dict[str, Any]) -> None:
+        """Use the node's (or cluster's) shared services (``ray_services.ClusterServices.for_node``)."""
+        from agentrl.rollout.ray_services import attach
+
+        attach(services)
+        self.services = services
 
     def sandbox_pools(self) -> list[dict[str, Any]]:
-        """The sandbox pools this actor's envs lease from: backend, size and their counters."""
+        """The sandbox pools this actor's envs lease from: backend, size, counters and hosting process."""
+        if "sandbox_pool" in self.services:
+            import ray
+
+            return ray.get(self.services["sandbox_pool"].stats.remote())
         from agentrl.tools.python import pool_stats
 
-        return pool_stats()
+        return [{**pool, "host": self.where()} for pool in pool_stats()]
+
+    def _make(self) -> Any:
+        from agentrl.env import make
+
+        if not isinstance(self.env, str):
+            return self.env()
+        kwargs = dict(self.env_kwargs)
+        if "shop" in self.services:  # the node's (or cluster's) shop server, over HTTP
+            import ray
+
+            kwargs["server_url"] = ray.get(self.services["shop"].url.remote())
+        return make(self.env, **kwargs)
+
+    def server_url(self, key: str) -> str | None:
+        """The shop URL the env of ``key`` browses (web envs; None for others)."""
+        server = getattr(self._env(key).unwrapped, "_server", None) or None
+        return getattr(self._env(key).unwrapped, "server_url", None) or getattr(server, "url", None)
 
     def reset(self, key: str, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, ...]:
-        from agentrl.env import make
         from agentrl.rollout.agent import _sandbox_id
 
         env = self.envs.get(key)
         if env is None:
-            new = make(self.env, **self.env_kwargs) if isinstance(self.env, str) else self.env()
-            env = self.envs[key] = new
+            env = self.envs[key] = self._make()
         obs, info = env.reset(seed=seed, options=options)
         inner = env.unwrapped
         meta = {
@@ -201,6 +240,7 @@ class _Actor:
         self.used = 0
         self.dead = False
         self.started = False
+        self.info: dict[str, Any] = {}  # pid, node_id, actor_id once it runs
         self.ready = handle.where.remote()  # resolves once the actor process runs
 
 
@@ -227,6 +267,9 @@ class RayEnvs:
         self.settings = settings or RaySettings()
         self.lost_retries = self.settings.lost_retries  # read by the runner
         self.ray = init_ray(self.settings.address)
+        from agentrl.rollout.ray_services import ClusterServices, env_needs
+
+        self.services = ClusterServices(self.ray, self.settings.services, env_needs(env, self.env_kwargs))
         self._actors: list[_Actor] = []
         self._counter = itertools.count()
         self._lock = threading.Lock()
@@ -241,9 +284,9 @@ class RayEnvs:
         nodes = [n for n in self.ray.nodes() if n.get("Alive")]
         log.info(
             "env placement ray: %s on %d node(s) (%s CPU), %s env(s)/actor, %.2f CPU/env, resources %s, "
-            "call timeout %.0fs, %d rerun(s) of lost episodes",
+            "call timeout %.0fs, %d rerun(s) of lost episodes, %s",
             self.env_id, len(nodes), self.ray.cluster_resources().get("CPU", 0), s.envs_per_actor,
-            s.num_cpus_per_env, dict(s.resources), s.call_timeout_s, s.lost_retries,
+            s.num_cpus_per_env, dict(s.resources), s.call_timeout_s, s.lost_retries, self.services.describe(),
         )  # fmt: skip
 
     def __call__(self) -> RemoteEnv:
@@ -267,9 +310,11 @@ class RayEnvs:
 
     def mark_dead(self, actor: _Actor) -> None:
         with self._lock:
-            actor.dead = True
+            already, actor.dead = actor.dead, True
             if actor in self._actors:
                 self._actors.remove(actor)
+        if not already:  # the boxes it leased from its node's pool go back
+            self.services.owner_lost(actor.info.get("node_id"), actor.info.get("actor_id"))
 
     @property
     def actors(self) -> list[Any]:
@@ -282,6 +327,7 @@ class RayEnvs:
             actors, self._actors = self._actors, []
         for actor in actors:
             self.ray.kill(actor.handle)
+        self.services.shutdown()
 
 
 class BlockingEnv:
@@ -334,12 +380,18 @@ class RemoteEnv:
         s = self.pool.settings
         need = f"{s.num_cpus_per_env * s.envs_per_actor} CPU and resources {dict(s.resources)}"
         try:
-            await self._await(self.actor.ready, ACTOR_START_TIMEOUT_S, "start", kill=True)
+            info = await self._await(self.actor.ready, ACTOR_START_TIMEOUT_S, "start", kill=True)
         except EnvError:
             raise EnvError(
                 f"env actor {self.actor.index} did not start within {ACTOR_START_TIMEOUT_S:.0f}s: "
                 f"does a node have {need} free? (env.num_cpus_per_env, env.envs_per_actor, env.ray_resources)"
             ) from None
+        self.actor.info = info
+        services = self.pool.services.for_node(info["node_id"])
+        if services:  # before its first env is made: the node's sandbox pool and shop
+            await self._await(
+                self.actor.handle.attach.remote(services), ACTOR_START_TIMEOUT_S, "attach", kill=True
+            )
         self.actor.started = True
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:

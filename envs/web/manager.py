@@ -42,8 +42,11 @@ class ShopServer:
         n_products: int = 1500,
         data_dir: str | None = "auto",
         external_url: str | None = None,
+        host: str = "127.0.0.1",
     ):
-        """``external_url``: a shop someone else runs; it is used as is, never started or restarted."""
+        """``external_url``: a shop someone else runs; it is used as is, never started or restarted.
+        ``host``: the address a local server listens on (a Ray cluster-wide shop uses its node's)."""
+        self.host = host
         self.external = external_url is not None
         self.seed = seed
         self.n_products = n_products
@@ -65,7 +68,7 @@ class ShopServer:
             if self._process is not None and self._process.poll() is None:
                 return
             argv = [
-                sys.executable, "-m", "agentrl.envs.web.server", "--host", "127.0.0.1", "--port", "0",
+                sys.executable, "-m", "agentrl.envs.web.server", "--host", self.host, "--port", "0",
                 "--seed", str(self.seed), "--n-products", str(self.n_products),
                 "--data-dir", "builtin" if self.data_dir is None else str(self.data_dir), "--watch-parent",
             ]  # fmt: skip
@@ -74,7 +77,7 @@ class ShopServer:
             )
             ready = self._wait_ready(process)
             self._process = process
-            self.url = f"http://127.0.0.1:{ready['port']}"
+            self.url = f"http://{self.host}:{ready['port']}"
             self.fingerprint = ready["fingerprint"]
             self.generation += 1
 

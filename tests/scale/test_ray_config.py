@@ -14,6 +14,7 @@ from agentrl.errors import ConfigError
         (["env.placement=cloud"], "env.placement", "use local or ray"),
         (["env.ray_address=auto"], "env.ray_address", "set env.placement=ray"),
         (["env.envs_per_actor=4"], "env.envs_per_actor", "set env.placement=ray"),
+        (["env.ray_services=cluster"], "env.ray_services", "set env.placement=ray"),
     ],
 )
 def test_bad_placement_settings_name_the_field_and_the_fix(overrides, field, fix):
@@ -30,6 +31,7 @@ def test_bad_placement_settings_name_the_field_and_the_fix(overrides, field, fix
         ("env.ray_call_timeout_s=0", "env.ray_call_timeout_s"),
         ("env.ray_lost_retries=-1", "env.ray_lost_retries"),
         ("env.ray_resources={envnode: 0}", "env.ray_resources.envnode"),
+        ("env.ray_services=rack", "env.ray_services"),
     ],
 )
 def test_bad_ray_values_are_refused(override, field):

@@ -9,6 +9,8 @@ clean as a new one (the pool's verified scrub still runs there).
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 
@@ -60,7 +62,8 @@ def _ray_envs(env_kwargs: dict, **settings):
     return RayEnvs(ENV_ID, env_kwargs, RaySettings(num_cpus_per_env=0.25, call_timeout_s=90, **settings))
 
 
-def test_docker_sandbox_in_ray_actors_gives_the_local_episodes(ray_cluster, tokenizer):
+@pytest.mark.parametrize("services", ["node", "actor"])
+def test_docker_sandbox_in_ray_actors_gives_the_local_episodes(ray_cluster, tokenizer, services):
     import agentrl
     from agentrl.rollout.runner import RunStats, run_oracle_episodes
 
@@ -68,21 +71,26 @@ def test_docker_sandbox_in_ray_actors_gives_the_local_episodes(ray_cluster, toke
     local = run_oracle_episodes(
         lambda: agentrl.make(ENV_ID, **ENV_KWARGS), tasks, CodeOracle, tokenizer, _config(), seed=5
     )
-    envs = _ray_envs(ENV_KWARGS, envs_per_actor=2)
+    envs = _ray_envs(ENV_KWARGS, envs_per_actor=2, services=services)
     try:
         stats = RunStats()
         remote = run_oracle_episodes(envs, tasks, CodeOracle, tokenizer, _config(), seed=5, stats=stats)
         nodes = {envs.ray.get(a.where.remote())["node_id"] for a in envs.actors}
+        actor_pids = {envs.ray.get(a.where.remote())["pid"] for a in envs.actors}
         backends = [envs.ray.get(a.sandbox_pools.remote()) for a in envs.actors]
     finally:
         envs.shutdown()
     assert stats.failed == 0 and [e.outcome for e in local] == [1.0] * 4, [e.error for e in local]
     assert [_without_usage(e) for e in remote] == [_without_usage(e) for e in local]
     assert len(nodes) == 2, f"env actors should spread over both nodes, got {nodes}"
-    # every actor ran its cells in Docker containers, from a pool it leased from
-    pools = [pool for host in backends for pool in host]
-    assert pools and all(p["backend"] == "docker" and p["leases"] >= 1 for p in pools), pools
-    assert sum(p["leases"] for p in pools) == 4
+    # every actor ran its cells in Docker containers, leased from its node's pool or its own
+    pools = {pool["host"]["pid"]: pool for host in backends for pool in host}
+    assert pools and all(p["backend"] == "docker" and p["leases"] >= 1 for p in pools.values()), pools
+    assert sum(p["leases"] for p in pools.values()) == 4
+    assert (set(pools) == actor_pids) if services == "actor" else not set(pools) & actor_pids, (
+        pools,
+        actor_pids,
+    )
 
 
 PROBE_AND_PLANT = (
@@ -128,3 +136,72 @@ def test_each_episode_on_an_actor_leases_a_pristine_box(ray_cluster, tokenizer):
     # the same box served all three episodes, scrubbed and verified in between (not replaced)
     assert pool["created"] == 1 and pool["leases"] == 3, pool
     assert pool["resets"] >= 2 and pool["reset_failures"] == 0, pool
+
+
+def test_actors_on_one_node_lease_from_that_nodes_pool(ray_cluster, tokenizer):
+    from agentrl.rollout.runner import RunStats, run_oracle_episodes
+
+    tasks = _tasks(8)
+    # 4 concurrent one-env actors on 2 nodes: some node hosts two of them
+    envs = _ray_envs(ENV_KWARGS, envs_per_actor=1)
+    try:
+        stats = RunStats()
+        episodes = run_oracle_episodes(envs, tasks, CodeOracle, tokenizer, _config(), seed=1, stats=stats)
+        placed = [
+            (envs.ray.get(a.where.remote()), envs.ray.get(a.sandbox_pools.remote())) for a in envs.actors
+        ]
+    finally:
+        envs.shutdown()
+    assert stats.failed == 0 and [e.outcome for e in episodes] == [1.0] * 8
+    assert len(placed) == 4
+    by_node: dict[str, set[int]] = {}
+    for where, (pool,) in placed:
+        assert pool["host"]["node_id"] == where["node_id"] and pool["host"]["pid"] != where["pid"]
+        assert pool["backend"] == "docker" and pool["size"] == 2  # env.kwargs.pool_size, per node
+        by_node.setdefault(where["node_id"], set()).add(pool["host"]["pid"])
+    assert len(by_node) == 2 and all(len(hosts) == 1 for hosts in by_node.values()), by_node
+    (pid_a,), (pid_b,) = by_node.values()
+    assert pid_a != pid_b  # a pool per node
+    assert max(sum(w["node_id"] == node for w, _ in placed) for node in by_node) >= 2  # shared by 2 actors
+    pools = {pool["host"]["pid"]: pool for _, (pool,) in placed}
+    assert sum(p["leases"] for p in pools.values()) == 8 and all(p["held"] == 0 for p in pools.values())
+    assert all(p["created"] <= 2 for p in pools.values()), pools  # within the node pool's size
+
+
+class KillWhileLeased(CodeOracle):
+    """The oracle, except that on its second action in the first episode it SIGKILLs its env actor,
+    which holds a box of its node's size-1 pool at that point."""
+
+    envs = None
+    kills_left = 0
+
+    def act(self, observation: str, info: dict | None = None) -> str:
+        if self.turn == 1 and KillWhileLeased.kills_left > 0:
+            KillWhileLeased.kills_left -= 1
+            (remote_env,) = self.envs.open_envs.values()
+            pid = self.envs.ray.get(remote_env.handle.where.remote())["pid"]
+            os.kill(pid, signal.SIGKILL)
+        return super().act(observation, info)
+
+
+def test_a_box_held_by_a_dead_actor_goes_back_to_the_node_pool(ray_cluster, tokenizer):
+    from agentrl.rollout.runner import RunStats, run_oracle_episodes
+
+    tasks = _tasks(2)
+    # one actor at a time, on the envnode node, whose pool has one box
+    envs = _ray_envs({**ENV_KWARGS, "pool_size": 1}, envs_per_actor=1, resources={"envnode": 1})
+    KillWhileLeased.envs, KillWhileLeased.kills_left = envs, 1
+    try:
+        stats = RunStats()
+        episodes = run_oracle_episodes(
+            envs, tasks, KillWhileLeased, tokenizer, _config(concurrency=1), seed=0, stats=stats
+        )
+        (actor,) = envs.actors
+        (pool,) = envs.ray.get(actor.sandbox_pools.remote())
+    finally:
+        envs.shutdown()
+    assert KillWhileLeased.kills_left == 0
+    assert [e.failed for e in episodes] == [True, False] and "EnvActorLost" in episodes[0].error
+    # the next episode (a new actor) got the dead actor's box back from the pool, scrubbed
+    assert episodes[1].outcome == 1.0, episodes[1].error
+    assert pool["created"] == 1 and pool["leases"] == 2 and pool["held"] == 0, pool
