@@ -157,6 +157,7 @@ class EnvHost:
         self.env_kwargs = env_kwargs
         self.envs: dict[str, Any] = {}
         self.services: dict[str, Any] = {}
+        self.shop_urls_used: set[str] = set()
 
     def where(self) -> dict[str, Any]:
         import ray
@@ -191,12 +192,12 @@ class EnvHost:
             import ray
 
             kwargs["server_url"] = ray.get(self.services["shop"].url.remote())
+            self.shop_urls_used.add(kwargs["server_url"])
         return make(self.env, **kwargs)
 
-    def server_url(self, key: str) -> str | None:
-        """The shop URL the env of ``key`` browses (web envs; None for others)."""
-        server = getattr(self._env(key).unwrapped, "_server", None) or None
-        return getattr(self._env(key).unwrapped, "server_url", None) or getattr(server, "url", None)
+    def shop_urls(self) -> list[str]:
+        """The shared shop URLs this actor's envs were given (``env.ray_services``)."""
+        return sorted(self.shop_urls_used)
 
     def reset(self, key: str, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, ...]:
         from agentrl.rollout.agent import _sandbox_id
