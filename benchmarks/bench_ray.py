@@ -7,9 +7,15 @@ what the agent records around each ``env.step`` (``turn.timings["env_s"]``), so 
 includes the actor round trip and (de)serialisation. Also: a no-op actor call (the floor of any
 remote call) and whole-run episodes/s. The cluster is shut down by the processes it started.
 
-    python benchmarks/bench_ray.py            # 48 episodes, concurrency 4
-    python benchmarks/bench_ray.py --quick    # 12 episodes
-    python benchmarks/bench_ray.py --json out.json
+Sandbox-bound part (``--part sandbox``, needs Docker): Code-v0 episodes whose python cells run in
+Docker containers leased from each node's pool (``env.ray_services=node``), with one simulated node
+and with two, at the same concurrency, plus local placement. The simulated nodes share this
+machine's cores and its one Docker engine, so this measures the overhead of placement, per-node
+pools and scheduling - not the throughput real extra machines would add.
+
+    python benchmarks/bench_ray.py            # 48 episodes, concurrency 4; then 24 code episodes
+    python benchmarks/bench_ray.py --quick    # 12 episodes; 8 code episodes
+    python benchmarks/bench_ray.py --part sandbox --json out.json
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import Row, median, parser, percentile, print_table, write_json  # noqa: E402
 
 import agentrl
+from agentrl.envs.code.oracle import CodeOracle
 from agentrl.envs.search.oracle import SearchOracle
 from agentrl.rollout.agent import AgentConfig
 from agentrl.rollout.model import load_tokenizer
@@ -31,60 +38,69 @@ from agentrl.rollout.runner import RunnerConfig, RunStats, run_oracle_episodes
 
 ENV_ID = "agentrl/Search-v0"
 ENV_KWARGS = {"split": "train", "hops": "single", "max_turns": 4}
+CODE_ID = "agentrl/Code-v0"
+CODE_KWARGS = {"sandbox_backend": "docker", "pool_size": 4, "n_tasks": 64}
 
 
 def step_times(episodes) -> list[float]:
     return [t.timings["env_s"] for e in episodes for t in e.turns if "env_s" in t.timings]
 
 
-def run(envs, tasks, tokenizer, concurrency: int) -> tuple[list, float]:
-    config = RunnerConfig(agent=AgentConfig(max_new_tokens=512), concurrency=concurrency, progress=False)
+def run(envs, tasks, tokenizer, concurrency: int, oracle=SearchOracle) -> tuple[list, float]:
+    # the code oracle's first cell is a whole program: room for it in one turn
+    agent = AgentConfig(max_new_tokens=2048, max_context_tokens=8192)
+    config = RunnerConfig(agent=agent, concurrency=concurrency, progress=False)
     stats = RunStats()
-    episodes = run_oracle_episodes(envs, tasks, SearchOracle, tokenizer, config, seed=0, stats=stats)
+    episodes = run_oracle_episodes(envs, tasks, oracle, tokenizer, config, seed=0, stats=stats)
     failed = [e.error for e in episodes if e.failed]
     if failed:
         raise RuntimeError(f"{len(failed)} episodes failed, first: {failed[0]}")
     return episodes, stats.wall_s
 
 
-def main() -> None:
-    args = parser(__doc__.splitlines()[0]).parse_args()
-    n = 12 if args.quick else 48
-    rows: list[Row] = []
-    try:
-        import ray
-        from ray.cluster_utils import Cluster
-    except ImportError:
-        rows.append(
-            Row(
-                "remote env step p50 (ray)",
-                None,
-                "ms",
-                note="ray is not installed: pip install 'agentrl[ray]'",
-            )
-        )  # type: ignore[arg-type]
-        print_table(rows, "Ray env placement")
-        write_json(args.json_path, "ray", rows, args.quick)
-        return
+def start_cluster(nodes: int):
+    """A local Ray cluster of ``nodes`` simulated 1-CPU nodes, connected."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    for _ in range(nodes - 1):
+        cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    return cluster
+
+
+def stop_cluster(cluster) -> None:
+    import ray
+
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def load_note(before: float) -> str:
+    return f"load {before:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+
+
+def step_rows(tokenizer, quick: bool) -> list[Row]:
+    """Per-step overhead of a remote Search-v0 env vs a local one, same run."""
+    import ray
+
     from agentrl.rollout.remote_env import RayEnvs, RaySettings
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    tokenizer = load_tokenizer("smollm2-135m")
+    n = 12 if quick else 48
     probe = agentrl.make(ENV_ID, **ENV_KWARGS)
     tasks = list(probe.unwrapped.load_tasks("train"))[:n]
     probe.close()
     load_before = os.getloadavg()[0]
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
+    cluster = start_cluster(2)
     try:
-        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
         envs = RayEnvs(ENV_ID, ENV_KWARGS, RaySettings(num_cpus_per_env=0.25, envs_per_actor=2))
         run(envs, tasks[:4], tokenizer, 4)  # warm-up: actors start, envs load their corpus
         local_eps, local_wall = run(lambda: agentrl.make(ENV_ID, **ENV_KWARGS), tasks, tokenizer, 4)
         remote_eps, remote_wall = run(envs, tasks, tokenizer, 4)
         handle = envs.actors[0]
         noop = []
-        for _ in range(50 if args.quick else 200):
+        for _ in range(50 if quick else 200):
             t0 = time.perf_counter()
             ray.get(handle.where.remote())
             noop.append(time.perf_counter() - t0)
@@ -92,12 +108,10 @@ def main() -> None:
         nodes = len({ray.get(a.where.remote())["node_id"] for a in envs.actors})
         envs.shutdown()
     finally:
-        ray.shutdown()
-        cluster.shutdown()
+        stop_cluster(cluster)
     local, remote = step_times(local_eps), step_times(remote_eps)
-    load = f"load {load_before:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
-    note = f"{len(remote)} steps, {actors} actors on {nodes} nodes; {load}"
-    rows += [
+    note = f"{len(remote)} steps, {actors} actors on {nodes} nodes; {load_note(load_before)}"
+    return [
         Row(
             "env step p50: ray actor vs local",
             median(remote) * 1e3,
@@ -124,7 +138,66 @@ def main() -> None:
             f"{n} episodes",
         ),  # fmt: skip
     ]
-    print_table(rows, "Ray env placement (two simulated nodes on one machine)")
+
+
+def sandbox_rows(tokenizer, quick: bool) -> list[Row]:
+    """Code-v0 with Docker sandboxes: episodes/s on 1 vs 2 simulated nodes (node pools) and local."""
+    import ray
+
+    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+
+    n, concurrency = (8, 4) if quick else (24, 4)
+    probe = agentrl.make(CODE_ID, **CODE_KWARGS)
+    tasks = list(probe.unwrapped.load_tasks("train"))
+    probe.close()
+    warm, timed = tasks[:concurrency], tasks[concurrency : concurrency + n]
+    load_before = os.getloadavg()[0]
+    local = lambda: agentrl.make(CODE_ID, **CODE_KWARGS)  # noqa: E731
+    run(local, warm, tokenizer, concurrency, CodeOracle)  # warm boxes in this process's pool
+    local_eps, local_wall = run(local, timed, tokenizer, concurrency, CodeOracle)
+    rates, notes = {}, {}
+    for nodes in (1, 2):
+        cluster = start_cluster(nodes)
+        try:
+            settings = RaySettings(num_cpus_per_env=0.25, envs_per_actor=1, services="node")
+            envs = RayEnvs(CODE_ID, CODE_KWARGS, settings)
+            run(envs, warm, tokenizer, concurrency, CodeOracle)  # actors, pool hosts and boxes start
+            eps, wall = run(envs, timed, tokenizer, concurrency, CodeOracle)
+            placed = {ray.get(a.where.remote())["node_id"] for a in envs.actors}
+            pools = {p["host"]["pid"] for a in envs.actors for p in ray.get(a.sandbox_pools.remote())}
+            rates[nodes] = len(eps) / wall
+            notes[nodes] = f"{len(envs.actors)} actors on {len(placed)} node(s), {len(pools)} node pool(s)"
+            envs.shutdown()
+        finally:
+            stop_cluster(cluster)
+    shared = f"{n} episodes, concurrency {concurrency}; nodes share 2 cores and 1 engine"
+    return [
+        Row("code+docker episodes/s: 2 nodes vs 1 node", rates[2], "ep/s", "1 node", rates[1], f"{notes[2]}; {shared}"),
+        Row("code+docker episodes/s: 1 node vs local", rates[1], "ep/s", "local env", len(local_eps) / local_wall, f"{notes[1]}; {load_note(load_before)}"),
+    ]  # fmt: skip
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--part", choices=("step", "sandbox", "all"), default="all")
+    args = p.parse_args()
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        row = Row(
+            "remote env step p50 (ray)", None, "ms", note="ray is not installed: pip install 'agentrl[ray]'"
+        )  # type: ignore[arg-type]
+        print_table([row], "Ray env placement")
+        write_json(args.json_path, "ray", [row], args.quick)
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    tokenizer = load_tokenizer("smollm2-135m")
+    rows: list[Row] = []
+    if args.part in ("step", "all"):
+        rows += step_rows(tokenizer, args.quick)
+    if args.part in ("sandbox", "all"):
+        rows += sandbox_rows(tokenizer, args.quick)
+    print_table(rows, "Ray env placement (simulated nodes on one machine)")
     write_json(args.json_path, "ray", rows, args.quick)
 
 
