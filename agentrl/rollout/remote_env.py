@@ -11,8 +11,10 @@ ones of a local env. Ray does the scheduling; this module only keeps a pool of a
 
 Every remote call has a timeout (``env.ray_call_timeout_s``). An actor that dies mid-episode
 fails only the episodes it hosted (recorded with the cause, or rerun on a new actor
-``env.ray_lost_retries`` times); the pool drops it and later episodes get a new actor.
-``ray`` is imported only here, and only when Ray placement is used.
+``env.ray_lost_retries`` times); the pool drops it and later episodes get a new actor. The
+runner's watchdog (``rollout.watchdog_s``) covers remote calls too: a step stuck on a slow node
+is cancelled at the watchdog, and an actor hosting only that episode is killed to free its CPUs.
+``ray`` is imported only here and in ``ray_services.py``, and only when Ray placement is used.
 """
 
 from __future__ import annotations
@@ -416,6 +418,12 @@ class RemoteEnv:
                 f"remote env {method} took over {timeout:.0f}s on actor {self.actor.index} "
                 "(env.ray_call_timeout_s)"
             ) from None
+        except asyncio.CancelledError:  # the runner's watchdog (or the whole run) gave up on the episode
+            ray.cancel(ref)
+            if self.actor.used == 1 and not self.actor.dead:  # its only episode: free its CPUs, now
+                self.pool.mark_dead(self.actor)
+                ray.kill(self.actor.handle)
+            raise
         except ray.exceptions.RayActorError as exc:
             self.pool.mark_dead(self.actor)
             cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
