@@ -419,7 +419,8 @@ class RemoteEnv:
                 "(env.ray_call_timeout_s)"
             ) from None
         except asyncio.CancelledError:  # the runner's watchdog (or the whole run) gave up on the episode
-            ray.cancel(ref)
+            if ref is not self.actor.ready:  # the actor's start is awaited by its other episodes too
+                ray.cancel(ref)
             if self.actor.used == 1 and not self.actor.dead:  # its only episode: free its CPUs, now
                 self.pool.mark_dead(self.actor)
                 ray.kill(self.actor.handle)
