@@ -52,8 +52,9 @@ def test_ray_settings_are_kept_as_given():
             "env.ray_address=auto",
             "env.envs_per_actor=3",
             "env.ray_resources={envnode: 1}",
+            "env.ray_services=cluster",
         ],
     )
     assert RaySettings.from_env(config.env) == RaySettings(
-        address="auto", envs_per_actor=3, resources={"envnode": 1.0}
+        address="auto", envs_per_actor=3, resources={"envnode": 1.0}, services="cluster"
     )

@@ -43,16 +43,19 @@ def _tasks(n: int) -> list:
     return tasks
 
 
-def _without_usage(episode) -> dict:
+def _without_usage(episode, every_call_in_box: bool = True) -> dict:
     """:func:`_canonical` less the sandbox's measured usage (wall/CPU time, peak memory vary by run),
-    which each turn must still carry: the cells did run in a box."""
+    which each tool-call turn must still carry when ``every_call_in_box`` (the cells did run in a box;
+    SQL's list_tables/describe are answered without one)."""
     record = _canonical(episode)
     for segment in record["segments"]:
         for turn in segment["turns"]:
             usage = turn.pop("sandbox_usage")
-            assert (usage["wall_s"] > 0) if turn["tool_calls"] else usage is None, usage
+            if every_call_in_box:
+                assert (usage["wall_s"] > 0) if turn["tool_calls"] else usage is None, usage
             for tool_call in turn["tool_calls"]:
-                assert tool_call.pop("usage")["wall_s"] > 0
+                measured = tool_call.pop("usage") if every_call_in_box else tool_call.pop("usage", None)
+                assert measured is None or measured["wall_s"] > 0
     return record
 
 
@@ -205,3 +208,32 @@ def test_a_box_held_by_a_dead_actor_goes_back_to_the_node_pool(ray_cluster, toke
     # the next episode (a new actor) got the dead actor's box back from the pool, scrubbed
     assert episodes[1].outcome == 1.0, episodes[1].error
     assert pool["created"] == 1 and pool["leases"] == 2 and pool["held"] == 0, pool
+
+
+def test_sql_env_through_the_node_pool_gives_the_local_episodes(ray_cluster, tokenizer):
+    """The SQL tool copies its database into the leased box (put_file) and queries it in the box's
+    interpreter: both go through the node's pool host and give the local episodes."""
+    import agentrl
+    from agentrl.envs.sql.oracle import SQLOracle
+    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+    from agentrl.rollout.runner import RunStats, run_oracle_episodes
+
+    env_id, kwargs = "agentrl/SQLChinook-v0", {"sandbox_backend": "docker", "pool_size": 2}
+    probe = agentrl.make(env_id, **kwargs)
+    tasks = list(probe.unwrapped.load_tasks("train"))[:4]
+    probe.close()
+    local = run_oracle_episodes(
+        lambda: agentrl.make(env_id, **kwargs), tasks, SQLOracle, tokenizer, _config(), seed=0
+    )
+    envs = RayEnvs(env_id, kwargs, RaySettings(num_cpus_per_env=0.25, call_timeout_s=90))
+    try:
+        stats = RunStats()
+        remote = run_oracle_episodes(envs, tasks, SQLOracle, tokenizer, _config(), seed=0, stats=stats)
+        pools = {p["host"]["pid"]: p for a in envs.actors for p in envs.ray.get(a.sandbox_pools.remote())}
+        actor_pids = {envs.ray.get(a.where.remote())["pid"] for a in envs.actors}
+    finally:
+        envs.shutdown()
+    assert stats.failed == 0 and [e.outcome for e in local] == [1.0] * 4, [e.error for e in local]
+    assert [_without_usage(e, False) for e in remote] == [_without_usage(e, False) for e in local]
+    assert pools and not set(pools) & actor_pids  # the boxes were leased from node pool hosts
+    assert sum(p["leases"] for p in pools.values()) == 4
