@@ -196,7 +196,13 @@ def main() -> None:
     if args.part in ("step", "all"):
         rows += step_rows(tokenizer, args.quick)
     if args.part in ("sandbox", "all"):
-        rows += sandbox_rows(tokenizer, args.quick)
+        from agentrl.sandboxes.docker_backend import engine_available
+
+        if engine_available():
+            rows += sandbox_rows(tokenizer, args.quick)
+        else:
+            why = "no Docker engine answers (start dockerd or set DOCKER_HOST)"
+            rows.append(Row("code+docker episodes/s: 2 nodes vs 1 node", None, "ep/s", note=why))  # type: ignore[arg-type]
     print_table(rows, "Ray env placement (simulated nodes on one machine)")
     write_json(args.json_path, "ray", rows, args.quick)
 

@@ -79,7 +79,8 @@ def print_table(rows: list[Row], title: str = "") -> None:
     for r in rows:
         ratio = f"{r.ratio:.3f}" if r.ratio is not None else ""
         base = "" if r.baseline is None else f"{r.baseline} ({r.baseline_value:.4g})"
-        print(f"| {r.name:<52} | {r.value:>12.4g} | {r.unit:<8} | {base:<34} | {ratio:>7} |" + (f" {r.note}" if r.note else ""))
+        value = "—" if r.value is None else f"{r.value:.4g}"  # a row that could not be measured says why
+        print(f"| {r.name:<52} | {value:>12} | {r.unit:<8} | {base:<34} | {ratio:>7} |" + (f" {r.note}" if r.note else ""))
 
 
 def write_json(path: str | None, bench: str, rows: list[Row], quick: bool) -> None:
