@@ -49,6 +49,16 @@ def rl_records(run_dir: Path) -> list[dict[str, Any]]:
     return [r for r in records if r.get("step", 0) >= 1 and "env/reward" in r]
 
 
+def eval_failed(run_dir: Path) -> list[float]:
+    """``eval/failed`` of each held-out eval of the run, in order (failed episodes count as 0 success:
+    a timeout under load reads as a wrong answer, so the report shows them)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r["eval/failed"] for r in records if "eval/failed" in r]
+
+
 def mechanisms(records: list[dict[str, Any]]) -> dict[str, float]:
     """Means over RL steps of :data:`MECHANISMS`, plus clip-fraction max and grad-norm percentiles."""
     out: dict[str, float] = {}
@@ -95,6 +105,7 @@ def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
             "success_before": s["success_before"], "success_after": s["success_after"],
             "gained": s["gained"], "lost": s["lost"], "p_value": s["p_value"],
             "objective": s["objective"], "mechanisms": mechanisms(rl_records(run.out_dir)),
+            "eval_failed": eval_failed(run.out_dir),
             "same_start_as_baseline": None if base is None else base["eval_tasks"]["before"] == tasks["before"],
             "vs_baseline": None if base is None or run.method == study.baseline
             else _paired(base["eval_tasks"]["after"], tasks["after"]),
@@ -166,8 +177,8 @@ def report_markdown(results: dict[str, Any]) -> str:
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Runs", "",
-              "| method | seed | steps | before | after | gained / lost vs before (p) | vs baseline same seed: gained / lost (p) | same start | grad-norm p50 / p90 / max | clip frac mean / max |",
-              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "| method | seed | steps | before | after | gained / lost vs before (p) | vs baseline same seed: gained / lost (p) | same start | failed eval episodes (before, after) | grad-norm p50 / p90 / max | clip frac mean / max |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in results["runs"]:
         vs, mech = r["vs_baseline"], r["mechanisms"]
         grad = "/".join(
@@ -178,7 +189,8 @@ def report_markdown(results: dict[str, Any]) -> str:
             f"| `{r['method']}` | {r['seed']} | {r['steps']} | {r['success_before']:.3f} | {r['success_after']:.3f} | "
             f"{r['gained']} / {r['lost']} ({r['p_value']:.3g}) | "
             + ("–" if vs is None else f"{vs['gained']} / {vs['lost']} ({vs['p_value']:.3g})")
-            + f" | {_fmt(r['same_start_as_baseline'])} | {grad} | {clip} |"
+            + f" | {_fmt(r['same_start_as_baseline'])} | {', '.join(f'{x:.0f}' for x in r['eval_failed']) or '–'}"
+            + f" | {grad} | {clip} |"
         )  # fmt: skip
     lines += ["", "Plots: `success.png` (held-out success per method, one point per seed), `reward.png` "
               "(training reward per step), `clipfrac.png`, `context.png` where logged.", ""]  # fmt: skip

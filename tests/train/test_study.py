@@ -181,6 +181,7 @@ def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tin
             s["success_before"], s["success_after"], s["gained"], s["lost"], s["p_value"]
         )  # fmt: skip
         assert r["eval_tasks"] == 3 and r["steps"] == 2 and s["steps"] == 2
+        assert len(r["eval_failed"]) == 2  # the eval before and the one after RL
         assert r["same_start_as_baseline"] is True  # greedy evals of the one warm-up checkpoint
         resolved = yaml.safe_load((out / "seed-0" / method / "resolved_config.yaml").read_text())
         assert resolved["model"]["adapter"] == str(out / "seed-0" / "warmup" / "model")
