@@ -1,4 +1,4 @@
-"""The ``agentrl`` command: train, eval, play, envs, sandbox, serve, bench.
+"""The ``agentrl`` command: train, study, eval, play, envs, sandbox, serve, bench.
 
 Each command is a thin shell over a library function, imported only when the command runs, so
 ``agentrl envs`` does not pay for torch.
@@ -279,6 +279,23 @@ def train(
     from agentrl.train.trainer import main as train_main
 
     raise typer.Exit(train_main(config, list(ctx.args)))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def study(
+    ctx: typer.Context,
+    config: Path = typer.Argument(..., help="Study YAML, e.g. configs/studies/igpo_vs_grpo.yaml."),
+    max_runs: int | None = typer.Option(
+        None, "--max-runs", help="Stop after this many method runs this sitting (re-run to continue)."
+    ),
+) -> None:
+    """Objectives side by side: `agentrl study CONFIG [key=value ...]` (e.g. seeds=[0] eval_tasks=64).
+
+    Per seed one warm-up, then every method from it on the same tasks and sample budget; finished
+    runs are skipped on a re-run. Writes results.json, report.md and plots to the study's out_dir."""
+    from agentrl.train.study import main as study_main
+
+    raise typer.Exit(study_main(str(config), list(ctx.args), max_runs=max_runs))
 
 
 @app.command("eval")

@@ -207,6 +207,30 @@ def turn_mean(
     return sums / counts.clamp_min(1), counts > 0
 
 
+def empg_scale(
+    step_entropy: Tensor, turn_mask: Tensor, *, k: float = 1.0, eps: float = 1e-8
+) -> tuple[Tensor, Tensor]:
+    """EMPG's self-calibrated scaling ``g(H)`` and the min-max normalised entropy ``Ht``.
+
+    ``Ht = (H - min H) / (max H - min H + eps)`` over the batch's valid steps and
+    ``g = exp(-k Ht) / mean(exp(-k Ht))`` (mean 1 over valid steps); both 0 off ``turn_mask``.
+
+    Args:
+        step_entropy: ``[N, K]``. turn_mask: ``[N, K]`` bool (at least one True). k, eps: as :func:`empg`.
+
+    Returns:
+        ``(g [N, K], h_norm [N, K])``.
+    """
+    tm = turn_mask.bool()
+    zeros = torch.zeros_like(step_entropy)
+    big = torch.finfo(step_entropy.dtype).max
+    h_min = torch.where(tm, step_entropy, torch.full_like(step_entropy, big)).min()
+    h_max = torch.where(tm, step_entropy, torch.full_like(step_entropy, -big)).max()
+    h_norm = torch.where(tm, (step_entropy - h_min) / (h_max - h_min + eps), zeros)  # [N, K] in [0, 1]
+    scale = torch.where(tm, torch.exp(-k * h_norm), zeros)
+    return scale / (scale.sum() / tm.sum()), h_norm
+
+
 def empg(
     base: Tensor,
     step_entropy: Tensor,
@@ -241,13 +265,8 @@ def empg(
     zeros = torch.zeros_like(step_entropy)
     if not bool(tm.any()):
         return zeros
-    big = torch.finfo(step_entropy.dtype).max
-    h_min = torch.where(tm, step_entropy, torch.full_like(step_entropy, big)).min()
-    h_max = torch.where(tm, step_entropy, torch.full_like(step_entropy, -big)).max()
-    h_norm = torch.where(tm, (step_entropy - h_min) / (h_max - h_min + eps), zeros)  # [N, K] in [0, 1]
+    g, h_norm = empg_scale(step_entropy, tm, k=k, eps=eps)  # [N, K] each
     n_steps = tm.sum()
-    scale = torch.where(tm, torch.exp(-k * h_norm), zeros)
-    g = scale / (scale.sum() / n_steps)  # [N, K], mean 1 over valid steps
     f = torch.where(tm, torch.exp(-k_future * h_norm), zeros)
     # f of the next valid step in the same row: pack valid steps left, shift by one, unpack.
     slot = pack_slots(tm)

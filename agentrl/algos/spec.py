@@ -75,6 +75,8 @@ class Estimator:
     option_fns: tuple[Callable[..., Any], ...] = ()  # whose keyword options the adapter forwards
     extra_options: Mapping[str, Any] = field(default_factory=dict)  # options the adapter reads itself
     keep_rollouts: Callable[[dict[str, Tensor], Mapping[str, Any]], Tensor | None] | None = None
+    diagnose: Callable[[dict[str, Tensor], Mapping[str, Any]], dict[str, float]] | None = None
+    """(needs, options) -> mechanism metrics (IGPO's info gains, EMPG's scaling spread), logged per step."""
 
     def __call__(self, *args: Any, **options: Any) -> Any:
         return self.fn(*args, **{**self.presets, **options})
@@ -92,6 +94,15 @@ class Estimator:
         if self.keep_rollouts is None:
             return None
         return self.keep_rollouts(gather(batch, self.needs, f"advantage '{self.name}'"), options)
+
+    @torch.no_grad()
+    def diagnostics(self, batch: Batch, options: Mapping[str, Any]) -> dict[str, float]:
+        """What this estimator did on ``batch`` (``{}`` when it declares no ``diagnose``)."""
+        if self.diagnose is None:
+            return {}
+        return self.diagnose(
+            gather(batch, self.needs, f"advantage '{self.name}'"), {**self.presets, **options}
+        )
 
     @torch.no_grad()
     def from_batch(self, batch: Batch, **options: Any) -> tuple[Tensor, Tensor | None]:
@@ -181,19 +192,59 @@ def _gae(b: Batch, o: dict[str, Any]) -> tuple[Tensor, Tensor]:
     return adv_lib.gae(b["token_rewards"], b["values"], b["loss_mask"], **o)
 
 
-def _igpo(b: Batch, o: dict[str, Any]) -> Tensor:
-    o = dict(o)
-    kind = o.pop("info_gain_kind", "log_prob_diff")
+def _igpo_gain(b: Batch, o: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+    """``(info gain [B, K], turn mask [B, K])`` of the configured ``info_gain_kind``."""
     gt = b["gt_logprob"]  # [B, K + 1]
     turn_mask = _turn_mask(b, gt.shape[1] - 1)
-    gain = adv_lib.info_gain(gt, turn_mask, kind=kind)
+    return adv_lib.info_gain(gt, turn_mask, kind=o.get("info_gain_kind", "log_prob_diff")), turn_mask
+
+
+def _igpo(b: Batch, o: dict[str, Any]) -> Tensor:
+    gain, turn_mask = _igpo_gain(b, o)
+    o = {k: v for k, v in o.items() if k != "info_gain_kind"}
     return adv_lib.igpo(_per_row(b, "outcome"), gain, turn_mask, _per_row(b, "group_id"), **o)
+
+
+def _igpo_diagnose(b: Batch, o: Mapping[str, Any]) -> dict[str, float]:
+    """Info-gain turns (every valid turn but a row's last, which gets the outcome): how many carry a
+    non-zero gain, the mean of those gains and the mean |gain| over all of them."""
+    gain, turn_mask = _igpo_gain(b, o)
+    tm = turn_mask.bool()
+    last = tm & (tm.long().cumsum(dim=1) == tm.long().sum(dim=1, keepdim=True))  # [B, K]
+    g = gain[tm & ~last]  # [T] info-gain turns
+    if g.numel() == 0:
+        return {"igpo/ig_turns": 0.0}
+    nonzero = g.abs() > 1e-6
+    return {
+        "igpo/ig_turns": float(g.numel()),
+        "igpo/ig_nonzero_share": float(nonzero.float().mean()),
+        "igpo/ig_nonzero_mean": float(g[nonzero].mean()) if bool(nonzero.any()) else 0.0,
+        "igpo/ig_abs_mean": float(g.abs().mean()),
+    }
 
 
 def _empg(b: Batch, o: dict[str, Any]) -> Tensor:
     return adv_lib.empg_grpo(
         _per_row(b, "outcome"), _per_row(b, "group_id"), b["entropy"], b["turn_id"], b["loss_mask"], **o
     )
+
+
+def _empg_diagnose(b: Batch, o: Mapping[str, Any]) -> dict[str, float]:
+    """Spread of EMPG's scaling ``g(H)`` over the batch's steps (mean 1 by construction)."""
+    step_entropy, turn_mask = adv_lib.turn_mean(b["entropy"], b["turn_id"], b["loss_mask"])  # [B, K] each
+    if not bool(turn_mask.any()):
+        return {"empg/steps": 0.0}
+    g, _ = adv_lib.empg_scale(step_entropy, turn_mask, k=o.get("k", 1.0), eps=o.get("eps", 1e-8))
+    g = g[turn_mask.bool()]  # [S]
+    q = torch.quantile(g.double(), torch.tensor([0.1, 0.5, 0.9], dtype=torch.double)).tolist()
+    return {
+        "empg/steps": float(g.numel()),
+        "empg/scale_p10": q[0],
+        "empg/scale_p50": q[1],
+        "empg/scale_p90": q[2],
+        "empg/scale_std": float(g.std(unbiased=False)),
+        "empg/step_entropy_mean": float(step_entropy[turn_mask.bool()].mean()),
+    }
 
 
 def _gigpo(b: Batch, o: dict[str, Any]) -> Tensor:
@@ -229,6 +280,7 @@ ESTIMATORS: tuple[Estimator, ...] = (
         _igpo,
         ("outcome", "group_id", "gt_logprob", *_TURN),
         extra_options={"info_gain_kind": "log_prob_diff"},
+        diagnose=_igpo_diagnose,
     ),  # fmt: skip
     Estimator(
         "empg",
@@ -237,6 +289,7 @@ ESTIMATORS: tuple[Estimator, ...] = (
         _empg,
         ("outcome", "group_id", "entropy", *_TURN),
         option_fns=(adv_lib.empg_grpo, adv_lib.empg),
+        diagnose=_empg_diagnose,
     ),  # fmt: skip
     Estimator(
         "gigpo", adv_lib.gigpo, "turn", _gigpo, ("outcome", "group_id", "step_reward", "anchor_id", *_TURN)

@@ -14,6 +14,38 @@ from rich.console import Console
 from rich.table import Table
 
 
+def context_metrics(episodes: list[Any]) -> dict[str, float]:
+    """Working-context size and folding activity per finished episode (means).
+
+    ``ctx/main_tokens``: tokens of the main thread (segment ``fold_id`` 0: prompt, outputs,
+    observations) at the episode's end; ``ctx/peak_tokens``: the largest single context (segment)
+    the policy saw; with folding ``fold/branches`` (branch segments), ``fold/summaries``, and the
+    FoldGRPO process rewards ``fold/process_penalty`` (sum of Q) and ``fold/penalised_tokens``.
+    """
+    done = [ep for ep in episodes if not ep.failed]
+    if not done:
+        return {}
+
+    def mean(values: list[float]) -> float:
+        return float(sum(values) / len(values))
+
+    lengths = [[len(s.token_ids()) for s in ep.segments] for ep in done]
+    out = {
+        "ctx/main_tokens": mean(
+            [sum(len(s.token_ids()) for s in ep.segments if s.fold_id == 0) for ep in done]
+        ),
+        "ctx/peak_tokens": mean([max(n, default=0) for n in lengths]),
+    }
+    if any(len(ep.segments) > 1 for ep in done):
+        out["fold/branches"] = mean([sum(s.kind == "branch" for s in ep.segments) for ep in done])
+        out["fold/summaries"] = mean([sum(s.kind == "summary" for s in ep.segments) for ep in done])
+    qs = [[q for t in ep.turns for q in (t.process_reward or ())] for ep in done]
+    if any(t.process_reward is not None for ep in done for t in ep.turns):
+        out["fold/process_penalty"] = mean([sum(q) for q in qs])
+        out["fold/penalised_tokens"] = mean([sum(x < 0 for x in q) for q in qs])
+    return out
+
+
 class MetricsLogger:
     """Fan one ``log(step, metrics)`` call out to every configured sink.
 
@@ -128,4 +160,4 @@ class MetricsLogger:
             self._wandb.finish()
 
 
-__all__ = ["MetricsLogger"]
+__all__ = ["MetricsLogger", "context_metrics"]

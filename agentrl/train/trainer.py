@@ -31,7 +31,7 @@ from agentrl.train.engines import make_engine, world
 from agentrl.train.fields import LazyScores, StepData
 from agentrl.train.igscore import GoldAnswerScorer, learner_continuation_scorer
 from agentrl.train.learner import build_policy, is_peft
-from agentrl.train.metrics import MetricsLogger
+from agentrl.train.metrics import MetricsLogger, context_metrics
 from agentrl.train.plan import objective_plan
 from agentrl.train.precision import resolve_bf16
 from agentrl.train.progress import RunProgress
@@ -242,7 +242,8 @@ def train(config: RunConfig) -> dict[str, Any]:
 
         logger.console.print(describe(config.rollout))
     evaluate = _evaluator(config, rollouts, policy, logger, progress)
-    objective = objective_plan(config).summary()  # resolved options: printed now, saved in summary.json
+    plan = objective_plan(config)
+    objective = plan.summary()  # resolved options: printed now, saved in summary.json
     logger.console.print(f"objective: {json.dumps(objective)}")
 
     # supervised warm-up on oracle demonstrations (fresh runs only: a checkpoint already has it)
@@ -302,7 +303,8 @@ def train(config: RunConfig) -> dict[str, Any]:
             (out_dir / "episodes").mkdir(parents=True, exist_ok=True)
             write_jsonl(episodes, out_dir / "episodes" / f"step-{step + 1:06d}.jsonl")
         rollout_s = time.perf_counter() - t0
-        metrics = {**episode_metrics(episodes), **rollout_stats, "perf/rollout_s": rollout_s}
+        metrics = {**episode_metrics(episodes), **context_metrics(episodes), **rollout_stats,
+                   "perf/rollout_s": rollout_s}  # fmt: skip
         kept, filter_stats = filter_episodes(episodes, config)
         metrics |= filter_stats
         if kept:
@@ -321,6 +323,7 @@ def train(config: RunConfig) -> dict[str, Any]:
             )
             with progress.phase(f"{tag} scoring", per_step=False, key="scoring"):
                 adv, returns, batch = compute_advantages(data)  # the behaviour pass runs here (lazy)
+                metrics |= plan.estimator.diagnostics(batch, plan.advantage_options)  # e.g. IGPO's gains
             scoring_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             with progress.phase(f"{tag} learner", per_step=False, key="learner") as phase:
@@ -346,8 +349,10 @@ def train(config: RunConfig) -> dict[str, Any]:
             state |= {"sampler": sampler.state(), "generator_rng": _generator_rng(generator)}
             save_checkpoint(out_dir, step + 1, engine, state)
 
-    summary = {**compare_evals(state["eval_before"], evaluate(train_cfg.steps)),
-               "steps": train_cfg.steps, "out_dir": str(out_dir), "objective": objective}  # fmt: skip
+    eval_after = evaluate(train_cfg.steps)
+    summary = {**compare_evals(state["eval_before"], eval_after),
+               "steps": train_cfg.steps, "out_dir": str(out_dir), "objective": objective,
+               "eval_tasks": {"before": state["eval_before"], "after": eval_after}}  # per task: paired tests  # fmt: skip
     logger.table(
         "held-out success (same tasks before and after RL)",
         [(f"{summary['success_before']:.3f}", f"{summary['success_after']:.3f}", str(summary["eval_episodes"]),

@@ -165,6 +165,7 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
     device = engine.policy.lm.device
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
+    peak = float("-inf")
 
     def agg_term(values: Tensor, micro: _Micro) -> Tensor:
         return agg_loss(
@@ -227,7 +228,12 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
             for key, value in engine.step().items():
                 sums[key] += value
                 counts[key] += 1
-    return {key: sums[key] / counts[key] for key in sums}
+                if key == "grad_norm":
+                    peak = max(peak, float(value))
+    out = {key: sums[key] / counts[key] for key in sums}
+    if "grad_norm" in out:
+        out["grad_norm_max"] = peak  # the largest optimizer step of this update (spikes hide in the mean)
+    return out
 
 
 def _clip_bias_scale(engine: Any, tokens: TokenBatch, fields: dict[str, Tensor], adv: Tensor,

@@ -1,0 +1,313 @@
+"""``agentrl study CONFIG``: objectives side by side, from one warm-up, on equal terms.
+
+A study YAML names a base run config, the methods (each a set of dotted overrides; the first, or the
+one named by ``baseline:``, is the arm every other is tested against), seeds, a sample budget and a
+held-out size::
+
+    base: configs/quickstart.yaml        # a path (relative to this file or the cwd) or an inline mapping
+    overrides: [env.id=agentrl/SearchMultiHop-v0]   # applied to every run, the warm-up included
+    methods:
+      grpo: {}                            # the baseline arm
+      igpo: {algo.advantage: igpo}
+    seeds: [0, 1, 2]
+    episodes: 192                         # sampled training episodes per arm (steps x tasks x group)
+    eval_tasks: 128                       # held-out tasks, greedy, the same for every arm
+    out_dir: runs/studies/igpo_vs_grpo
+
+Per seed the supervised warm-up runs once (``seed-S/warmup``: the base config with ``train.steps=0``)
+and every method starts from its exported model (``model.adapter=seed-S/warmup/model``,
+``train.sft_warmup_steps=0``) with the same ``train.seed`` (so the same training tasks in the same
+order and the same sampling streams), as many RL steps as make ``episodes`` sampled episodes, and
+the same first ``eval_tasks`` held-out tasks. Runs go one at a time in ``agentrl train``
+subprocesses (the trainer picks the GPU when there is one). A run is finished when its
+``summary.json`` exists; a re-run skips finished runs, and an unfinished one resumes from its last
+checkpoint (``train.save_every``) or starts over. ``results.json``, ``report.md`` and the plots
+(:mod:`agentrl.train.study_report`) are rewritten after every run, marked incomplete until all are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentrl.config import RunConfig, load_config, parse_overrides
+from agentrl.errors import AgentRLError, ConfigError
+
+# run fields the study itself sets; a method or common override may not touch them
+STUDY_SET = {
+    "train.seed": "set the study's seeds",
+    "train.out_dir": "set the study's out_dir",
+    "train.steps": "set the study's episodes (steps = episodes / (tasks_per_step x group_size))",
+    "train.eval_episodes": "set the study's eval_tasks",
+    "train.resume": "the study always resumes",
+    "model.adapter": "every arm starts from the warm-up's model; set model.* in the study's overrides",
+}
+# a method may not change the warm-up: every arm starts from the one checkpoint
+ARM_ONLY_SET = {f"train.{k}": "the warm-up is shared: set it in the study's overrides"
+                for k in ("sft_warmup_steps", "sft_lr", "sft_demos", "sft_batch_size", "oracle")}  # fmt: skip
+KEYS = ("name", "base", "overrides", "methods", "baseline", "seeds", "episodes", "eval_tasks", "out_dir")
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    overrides: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One ``agentrl train`` of the study: the warm-up (``method`` None) or an arm."""
+
+    seed: int
+    method: str | None
+    out_dir: Path
+    overrides: tuple[str, ...]
+    steps: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"seed {self.seed} {self.method or 'warm-up'}"
+
+    @property
+    def finished(self) -> bool:
+        return (self.out_dir / "summary.json").exists()
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    name: str
+    base: Path  # the base run config (an inline one is written to out_dir/base.yaml)
+    overrides: tuple[str, ...]
+    methods: tuple[Method, ...]
+    baseline: str
+    seeds: tuple[int, ...]
+    episodes: int
+    eval_tasks: int
+    out_dir: Path
+
+    def warmup(self, seed: int) -> Run:
+        out = self.out_dir / f"seed-{seed}" / "warmup"
+        forced = (f"train.seed={seed}", f"train.out_dir={out}", "train.steps=0", "train.eval_episodes=1",
+                  "train.resume=true")  # fmt: skip
+        return Run(seed, None, out, (*self.overrides, *forced))
+
+    def arm(self, seed: int, method: Method, steps: int) -> Run:
+        out = self.out_dir / f"seed-{seed}" / method.name
+        forced = (
+            f"train.seed={seed}", f"train.out_dir={out}", f"train.steps={steps}",
+            f"train.eval_episodes={self.eval_tasks}", "train.resume=true", "train.sft_warmup_steps=0",
+            f"model.adapter={self.warmup(seed).out_dir / 'model'}",
+        )  # fmt: skip
+        return Run(seed, method.name, out, (*self.overrides, *method.overrides, *forced), steps)
+
+
+def _as_overrides(value: Any, field: str, *, method: bool) -> tuple[str, ...]:
+    """A list of ``a.b=c`` strings or a mapping ``{a.b: c}`` -> override strings (checked)."""
+    if value is None:
+        return ()
+    if isinstance(value, dict):
+        items = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in value.items()]
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        items = list(value)
+    else:
+        raise ConfigError(field, f"expected a mapping of dotted fields or a list of 'a.b=c', got {value!r}",
+                          "e.g. {algo.advantage: igpo} or [algo.advantage=igpo]")  # fmt: skip
+    for item in items:
+        key = item.partition("=")[0].strip()
+        if "=" not in item:
+            raise ConfigError(field, f"override {item!r} has no '='", "write section.field=value")
+        owner = STUDY_SET.get(key) or (ARM_ONLY_SET.get(key) if method else None)
+        if owner is not None:
+            raise ConfigError(f"{field}: {key}", "is set by the study for every run", f"remove it; {owner}")
+    parse_overrides(items)  # shape errors (no section) now
+    return tuple(items)
+
+
+def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> StudyConfig:
+    """Read and validate a study YAML (``overrides``: top-level ``key=value``, e.g. ``seeds=[0]``),
+    building every run's config so a bad override fails before anything runs."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(
+            "study", f"file {str(path)!r} does not exist", "pass e.g. configs/studies/igpo_vs_grpo.yaml"
+        )
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError("study", f"{path} must hold a mapping")
+    for item in overrides:
+        key, eq, value = item.partition("=")
+        if not eq or "." in key:
+            raise ConfigError(
+                item, "a study override is a top-level key=value", "e.g. seeds=[0] or eval_tasks=64"
+            )
+        raw[key.strip()] = yaml.safe_load(value)
+    unknown = sorted(set(raw) - set(KEYS))
+    if unknown:
+        raise ConfigError(f"study.{unknown[0]}", "unknown key", f"known keys: {', '.join(KEYS)}")
+    for key in ("base", "methods", "seeds", "episodes", "eval_tasks"):
+        if key not in raw:
+            raise ConfigError(f"study.{key}", "is required", "see agentrl/train/study.py for an example")
+    name = str(raw.get("name") or path.stem)
+    out_dir = Path(raw.get("out_dir") or f"runs/studies/{name}")
+    base = raw["base"]
+    if isinstance(base, dict):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        base_path = out_dir / "base.yaml"
+        base_path.write_text(yaml.safe_dump(base, sort_keys=False))
+    elif isinstance(base, str):
+        base_path = Path(base) if Path(base).exists() else path.parent / base
+        if not base_path.exists():
+            raise ConfigError("study.base", f"no file {base!r} (tried the cwd and {path.parent})",
+                              "give a path to a run config or an inline mapping")  # fmt: skip
+    else:
+        raise ConfigError("study.base", f"expected a path or a mapping, got {base!r}")
+    methods_raw = raw["methods"]
+    if not isinstance(methods_raw, dict) or len(methods_raw) < 2:
+        raise ConfigError("study.methods", "needs at least two methods (a mapping name -> overrides)",
+                          "e.g. {grpo: {}, igpo: {algo.advantage: igpo}}")  # fmt: skip
+    methods = tuple(
+        Method(str(n), _as_overrides(v, f"study.methods.{n}", method=True)) for n, v in methods_raw.items()
+    )
+    baseline = str(raw.get("baseline") or methods[0].name)
+    if baseline not in {m.name for m in methods}:
+        raise ConfigError(
+            "study.baseline",
+            f"{baseline!r} is not a method",
+            f"use one of: {', '.join(m.name for m in methods)}",
+        )
+    seeds = raw["seeds"]
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise ConfigError(
+            "study.seeds", f"expected a non-empty list of integers, got {seeds!r}", "e.g. [0, 1, 2]"
+        )
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError("study.seeds", f"repeats a seed: {seeds}")
+    for key in ("episodes", "eval_tasks"):
+        if not isinstance(raw[key], int) or raw[key] < 1:
+            raise ConfigError(f"study.{key}", f"expected a positive integer, got {raw[key]!r}")
+    study = StudyConfig(
+        name=name, base=base_path, overrides=_as_overrides(raw.get("overrides"), "study.overrides", method=False),
+        methods=methods, baseline=baseline, seeds=tuple(seeds), episodes=raw["episodes"],
+        eval_tasks=raw["eval_tasks"], out_dir=out_dir,
+    )  # fmt: skip
+    plan(study)  # every run's config builds and validates
+    return study
+
+
+def _run_config(study: StudyConfig, run: Run, field: str) -> RunConfig:
+    try:
+        return load_config(study.base, list(run.overrides))
+    except ConfigError as exc:
+        raise ConfigError(f"{field}: {exc.field}", exc.problem, exc.fix) from exc
+
+
+def plan(study: StudyConfig) -> list[Run]:
+    """Every run in order (per seed: the warm-up, then the methods), each config validated."""
+    runs: list[Run] = []
+    for seed in study.seeds:
+        warm = study.warmup(seed)
+        config = _run_config(study, warm, "study.base/overrides")
+        if config.model.lora_rank > 0:
+            raise ConfigError("study.base: model.lora_rank", "a study hands the warm-up on as a full model",
+                              "use model.lora_rank=0 in the base config")  # fmt: skip
+        runs.append(warm)
+        for method in study.methods:
+            probe = _run_config(study, study.arm(seed, method, 1), f"study.methods.{method.name}")
+            per_step = probe.rollout.tasks_per_step * probe.rollout.group_size
+            if study.episodes % per_step:
+                raise ConfigError(
+                    "study.episodes",
+                    f"{study.episodes} is not a whole number of steps of method {method.name!r} "
+                    f"({probe.rollout.tasks_per_step} tasks x {probe.rollout.group_size} samples = {per_step} per step)",
+                    f"use a multiple of {per_step}",
+                )
+            runs.append(study.arm(seed, method, study.episodes // per_step))
+    return runs
+
+
+def run_one(study: StudyConfig, run: Run) -> None:
+    """``agentrl train BASE OVERRIDES`` in a subprocess (its progress lines pass through)."""
+    cmd = [sys.executable, "-m", "agentrl.cli", "train", str(study.base), *run.overrides]
+    run.out_dir.mkdir(parents=True, exist_ok=True)
+    (run.out_dir / "command.txt").write_text(" ".join(cmd[2:]) + "\n")
+    rc = subprocess.run(cmd, env=os.environ.copy()).returncode
+    if rc != 0 or not run.finished:
+        raise AgentRLError(
+            f"study run '{run.label}' failed (exit {rc}); see {run.out_dir / 'train.log'}. "
+            "Fix the cause and re-run the study: finished runs are kept"
+        )
+
+
+def run_study(study: StudyConfig, *, max_runs: int | None = None) -> dict[str, Any]:
+    """Run what is not finished (at most ``max_runs`` arms this sitting), then write the results."""
+    from agentrl.train.progress import RunProgress
+    from agentrl.train.study_report import write_results
+
+    runs = plan(study)
+    study.out_dir.mkdir(parents=True, exist_ok=True)
+    (study.out_dir / "study.yaml").write_text(yaml.safe_dump(_describe(study, runs), sort_keys=False))
+    progress = RunProgress(study.out_dir, append=True)  # study.out_dir/train.log: the study's own lines
+    todo = [r for r in runs if not r.finished]
+    arms_left = sum(r.method is not None for r in todo)
+    progress.print(f"study {study.name}: {len(runs)} runs ({len(runs) - len(todo)} finished, {len(todo)} to run)"
+                   f" -> {study.out_dir}")  # fmt: skip
+    for run in runs:
+        if run.finished:
+            progress.line(f"study: {run.label}: finished, skipped ({run.out_dir / 'summary.json'})")
+    done_arms = 0
+    with progress.phase(f"study {study.name}", arms_left, unit="run") as phase:
+        for run in todo:
+            if run.method is not None and max_runs is not None and done_arms >= max_runs:
+                progress.line(f"study: stopped after {done_arms} run(s) (--max-runs); re-run to continue")
+                break
+            progress.line(f"study: {run.label}: starting ({run.steps} RL steps) -> {run.out_dir}")
+            run_one(study, run)
+            if run.method is not None:
+                done_arms += 1
+                summary = json.loads((run.out_dir / "summary.json").read_text())
+                phase.advance(run=f"seed{run.seed}/{run.method}", after=float(summary["success_after"]))
+                write_results(study, runs)
+    results = write_results(study, runs)
+    progress.line(f"study: results {'complete' if results['complete'] else 'partial'}: "
+                  f"{study.out_dir / 'results.json'}, {study.out_dir / 'report.md'}")  # fmt: skip
+    progress.close()
+    return results
+
+
+def _describe(study: StudyConfig, runs: list[Run]) -> dict[str, Any]:
+    """The resolved study (saved as study.yaml): what each run is given."""
+    return {
+        "name": study.name, "base": str(study.base), "baseline": study.baseline, "seeds": list(study.seeds),
+        "episodes": study.episodes, "eval_tasks": study.eval_tasks,
+        "runs": [{"seed": r.seed, "method": r.method or "warmup", "steps": r.steps, "out_dir": str(r.out_dir),
+                  "overrides": list(r.overrides)} for r in runs],
+    }  # fmt: skip
+
+
+def main(config_path: str, overrides: list[str] | None = None, *, max_runs: int | None = None) -> int:
+    """``agentrl study CONFIG [key=value ...]``: 0 done (or stopped by ``max_runs``), 2 bad config, 1 failed run."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    try:
+        study = load_study(config_path, list(overrides or []))
+    except ConfigError as exc:
+        console.print(f"[red]study config error:[/red] {exc}")
+        return 2
+    try:
+        results = run_study(study, max_runs=max_runs)
+    except AgentRLError as exc:
+        console.print(f"[red]study failed:[/red] {exc}")
+        return 1
+    print((study.out_dir / "report.md").read_text() if results["complete"] else "study not complete yet")
+    return 0
+
+
+__all__ = ["Method", "Run", "StudyConfig", "load_study", "main", "plan", "run_study"]

@@ -1,0 +1,260 @@
+"""A study's results from its runs' ``summary.json`` and ``metrics.jsonl``: results.json, report.md, plots.
+
+Per method x seed: held-out success before/after RL (the same ``eval_tasks`` tasks, greedy), tasks
+gained/lost, the paired exact sign test against the baseline arm of the same seed on the same tasks
+(:func:`agentrl.train.trainer.compare_evals`, pooled over seeds too), and the mechanism metrics the
+trainer logs per RL step, aggregated over the run (:data:`MECHANISMS`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentrl.train.trainer import compare_evals
+
+# metrics.jsonl key -> what the report calls it; mean over the run's RL steps where logged
+MECHANISMS = {
+    "env/reward": "train reward",
+    "igpo/ig_nonzero_share": "IGPO: share of IG turns with non-zero gain",
+    "igpo/ig_nonzero_mean": "IGPO: mean non-zero gain",
+    "igpo/ig_abs_mean": "IGPO: mean |gain|",
+    "empg/scale_p10": "EMPG: scale g(H) p10",
+    "empg/scale_p50": "EMPG: scale g(H) p50",
+    "empg/scale_p90": "EMPG: scale g(H) p90",
+    "empg/scale_std": "EMPG: scale g(H) std",
+    "loss/clipfrac": "clip fraction",
+    "loss/clip_bias_scale": "ST-PPO: clip-bias scale",
+    "ctx/main_tokens": "main-thread tokens / episode",
+    "ctx/peak_tokens": "largest context / episode",
+    "fold/branches": "branches / episode",
+    "fold/summaries": "summaries / episode",
+    "fold/process_penalty": "process-reward penalty / episode",
+    "fold/penalised_tokens": "penalised tokens / episode",
+}
+# shown in report.md's table when any arm has them
+TABLE_MECHANISMS = ("igpo/ig_nonzero_share", "igpo/ig_nonzero_mean", "empg/scale_p10", "empg/scale_p90",
+                    "loss/clipfrac", "ctx/main_tokens", "fold/branches", "fold/process_penalty")  # fmt: skip
+
+
+def rl_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's metrics.jsonl records of RL steps (step >= 1, training metrics only)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in records if r.get("step", 0) >= 1 and "env/reward" in r]
+
+
+def eval_failed(run_dir: Path) -> list[float]:
+    """``eval/failed`` of each held-out eval of the run, in order (failed episodes count as 0 success:
+    a timeout under load reads as a wrong answer, so the report shows them)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r["eval/failed"] for r in records if "eval/failed" in r]
+
+
+def mechanisms(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Means over RL steps of :data:`MECHANISMS`, plus clip-fraction max and grad-norm percentiles."""
+    out: dict[str, float] = {}
+    for key in MECHANISMS:
+        values = [r[key] for r in records if key in r]
+        if values:
+            out[key] = float(np.mean(values))
+    clip = [r["loss/clipfrac"] for r in records if "loss/clipfrac" in r]
+    if clip:
+        out["loss/clipfrac_max"] = float(np.max(clip))
+    norms = [
+        r["loss/grad_norm"] for r in records if "loss/grad_norm" in r
+    ]  # per step: mean over optimizer steps
+    if norms:
+        p50, p90 = np.percentile(norms, [50, 90])
+        out |= {"loss/grad_norm_p50": float(p50), "loss/grad_norm_p90": float(p90)}
+    peaks = [r["loss/grad_norm_max"] for r in records if "loss/grad_norm_max" in r]
+    if peaks:
+        out["loss/grad_norm_max"] = float(np.max(peaks))  # largest single optimizer step of the run
+    return out
+
+
+def _paired(base: dict[str, float], other: dict[str, float]) -> dict[str, Any]:
+    """``other`` vs ``base`` on their common tasks: gained/lost/p from the trainer's sign test."""
+    c = compare_evals(base, other)
+    return {"tasks": c["eval_episodes"], "gained": c["gained"], "lost": c["lost"], "p_value": c["p_value"]}
+
+
+def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
+    """results.json's content (see the module docstring)."""
+    arms = [r for r in runs if r.method is not None]
+    summaries = {(r.seed, r.method): json.loads((r.out_dir / "summary.json").read_text())
+                 for r in arms if r.finished}  # fmt: skip
+    per_run: list[dict[str, Any]] = []
+    for run in arms:
+        s = summaries.get((run.seed, run.method))
+        if s is None:
+            continue
+        base = summaries.get((run.seed, study.baseline))
+        tasks = s["eval_tasks"]
+        row = {
+            "method": run.method, "seed": run.seed, "out_dir": str(run.out_dir), "steps": s["steps"],
+            "episodes": study.episodes, "eval_tasks": s["eval_episodes"],
+            "success_before": s["success_before"], "success_after": s["success_after"],
+            "gained": s["gained"], "lost": s["lost"], "p_value": s["p_value"],
+            "objective": s["objective"], "mechanisms": mechanisms(rl_records(run.out_dir)),
+            "eval_failed": eval_failed(run.out_dir),
+            "same_start_as_baseline": None if base is None else base["eval_tasks"]["before"] == tasks["before"],
+            "vs_baseline": None if base is None or run.method == study.baseline
+            else _paired(base["eval_tasks"]["after"], tasks["after"]),
+        }  # fmt: skip
+        per_run.append(row)
+    methods: dict[str, Any] = {}
+    for method in study.methods:
+        rows = [r for r in per_run if r["method"] == method.name]
+        if not rows:
+            continue
+        entry: dict[str, Any] = {
+            "overrides": list(method.overrides),
+            "seeds": [r["seed"] for r in rows],
+            "success_before": [r["success_before"] for r in rows],
+            "success_after": [r["success_after"] for r in rows],
+            "success_after_mean": float(np.mean([r["success_after"] for r in rows])),
+            "success_before_mean": float(np.mean([r["success_before"] for r in rows])),
+            "mechanisms": {k: float(np.mean([r["mechanisms"][k] for r in rows if k in r["mechanisms"]]))
+                           for k in sorted({k for r in rows for k in r["mechanisms"]})},
+        }  # fmt: skip
+        if method.name != study.baseline:
+            pooled_base, pooled = {}, {}
+            for r in rows:
+                b = summaries.get((r["seed"], study.baseline))
+                if b is None:
+                    continue
+                s = summaries[(r["seed"], method.name)]
+                pooled_base |= {f"{r['seed']}/{t}": v for t, v in b["eval_tasks"]["after"].items()}
+                pooled |= {f"{r['seed']}/{t}": v for t, v in s["eval_tasks"]["after"].items()}
+            entry["vs_baseline_pooled"] = _paired(pooled_base, pooled) if pooled else None
+        methods[method.name] = entry
+    expected = len(arms)
+    return {
+        "study": study.name, "baseline": study.baseline, "seeds": list(study.seeds),
+        "episodes_per_arm": study.episodes, "eval_tasks": study.eval_tasks, "base_config": str(study.base),
+        "complete": len(per_run) == expected, "runs_finished": len(per_run), "runs_expected": expected,
+        "methods": methods, "runs": per_run,
+    }  # fmt: skip
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+
+def report_markdown(results: dict[str, Any]) -> str:
+    """report.md: the side-by-side table, then one row per run."""
+    methods = results["methods"]
+    shown = [k for k in TABLE_MECHANISMS if any(k in m["mechanisms"] for m in methods.values())]
+    lines = [
+        f"# Study `{results['study']}`" + ("" if results["complete"] else " (incomplete)"),
+        "",
+        f"Baseline arm: `{results['baseline']}`. Seeds: {results['seeds']}. Sampled training episodes per arm: "
+        f"{results['episodes_per_arm']}. Held-out tasks: {results['eval_tasks']} (greedy, the same for every arm). "
+        f"Runs finished: {results['runs_finished']}/{results['runs_expected']}. Base config: `{results['base_config']}`.",
+        "",
+        "| method | overrides | seeds | held-out before | held-out after (per seed) | after, mean | vs baseline: gained / lost (pooled) | sign-test p | "
+        + " | ".join(MECHANISMS[k] for k in shown) + " |",
+        "|" + "---|" * (8 + len(shown)),
+    ]  # fmt: skip
+    for name, m in methods.items():
+        vs = m.get("vs_baseline_pooled")
+        cells = [
+            f"`{name}`", "<br>".join(f"`{o}`" for o in m["overrides"]) or "(base)", str(len(m["seeds"])),
+            _fmt(m["success_before_mean"]), ", ".join(f"{v:.3f}" for v in m["success_after"]),
+            f"{m['success_after_mean']:.3f}",
+            "baseline" if name == results["baseline"] else (f"{vs['gained']} / {vs['lost']} of {vs['tasks']}" if vs else "–"),
+            "–" if not vs else f"{vs['p_value']:.3g}",
+            *(_fmt(m["mechanisms"].get(k)) for k in shown),
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## Runs", "",
+              "| method | seed | steps | before | after | gained / lost vs before (p) | vs baseline same seed: gained / lost (p) | same start | failed eval episodes (before, after) | grad-norm p50 / p90 / max | clip frac mean / max |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in results["runs"]:
+        vs, mech = r["vs_baseline"], r["mechanisms"]
+        grad = "/".join(
+            _fmt(mech.get(k)) for k in ("loss/grad_norm_p50", "loss/grad_norm_p90", "loss/grad_norm_max")
+        )
+        clip = "/".join(_fmt(mech.get(k)) for k in ("loss/clipfrac", "loss/clipfrac_max"))
+        lines.append(
+            f"| `{r['method']}` | {r['seed']} | {r['steps']} | {r['success_before']:.3f} | {r['success_after']:.3f} | "
+            f"{r['gained']} / {r['lost']} ({r['p_value']:.3g}) | "
+            + ("–" if vs is None else f"{vs['gained']} / {vs['lost']} ({vs['p_value']:.3g})")
+            + f" | {_fmt(r['same_start_as_baseline'])} | {', '.join(f'{x:.0f}' for x in r['eval_failed']) or '–'}"
+            + f" | {grad} | {clip} |"
+        )  # fmt: skip
+    lines += ["", "Plots: `success.png` (held-out success per method, one point per seed), `reward.png` "
+              "(training reward per step), `clipfrac.png`, `context.png` where logged.", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], runs: list[Any], out_dir: Path) -> list[Path]:
+    """success.png, reward.png, clipfrac.png (runs with a clip fraction), context.png (main-thread tokens)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return []
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written: list[Path] = []
+    names = list(results["methods"])
+    colors = {n: plt.get_cmap("tab10")(i % 10) for i, n in enumerate(names)}
+    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(names), 3.6))
+    for i, name in enumerate(names):
+        m = results["methods"][name]
+        ax.bar(i, m["success_after_mean"], color=colors[name], alpha=0.35, width=0.6)
+        xs = i + np.linspace(-0.15, 0.15, len(m["seeds"])) if len(m["seeds"]) > 1 else [i]
+        ax.scatter(xs, m["success_after"], color=colors[name], zorder=3, label=None)
+        ax.scatter(xs, m["success_before"], facecolors="none", edgecolors="gray", zorder=3)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel(f"held-out success ({results['eval_tasks']} tasks)")
+    ax.set_title("after RL (filled, per seed; bar = mean); before RL (hollow)", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    written.append(out_dir / "success.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+    arms = [r for r in runs if r.method is not None and r.finished]
+    for key, fname, title in (("env/reward", "reward.png", "training reward"),
+                              ("loss/clipfrac", "clipfrac.png", "clip fraction"),
+                              ("ctx/main_tokens", "context.png", "main-thread tokens / episode")):  # fmt: skip
+        curves = [(r, [(x["step"], x[key]) for x in rl_records(r.out_dir) if key in x]) for r in arms]
+        curves = [(r, c) for r, c in curves if c]
+        if not curves:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        for r, c in curves:
+            ax.plot([p[0] for p in c], [p[1] for p in c], marker="o", markersize=3, color=colors[r.method],
+                    alpha=0.85, label=f"{r.method} s{r.seed}")  # fmt: skip
+        ax.set_xlabel("RL step")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        written.append(out_dir / fname)
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
+    return written
+
+
+def write_results(study: Any, runs: list[Any]) -> dict[str, Any]:
+    """Write results.json, report.md and the plots into the study's out_dir; returns the results."""
+    results = collect(study, runs)
+    if results["runs"]:
+        results["plots"] = [p.name for p in plot(results, runs, study.out_dir)]
+    (study.out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    (study.out_dir / "report.md").write_text(report_markdown(results))
+    return results
+
+
+__all__ = ["MECHANISMS", "collect", "mechanisms", "plot", "report_markdown", "write_results"]

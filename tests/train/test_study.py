@@ -1,0 +1,221 @@
+"""`agentrl study`: validation before anything runs, the mechanism metrics, and a two-arm study of the
+tiny model end to end through the CLI, stopped after the first arm and resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from agentrl.errors import ConfigError
+from agentrl.train.study import load_study, plan
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "configs" / "quickstart.yaml"
+# the quickstart made CI-sized (as in test_train_cli.py): 1 warm-up step on 2 demos, 2 episodes a step
+SMALL = {
+    "train.sft_warmup_steps": 1, "train.sft_demos": 2, "train.sft_batch_size": 1, "train.micro_batch_size": 1,
+    "train.minibatch_size": 2, "train.trainable_layers": 2, "train.num_threads": 1, "rollout.tasks_per_step": 1,
+    "rollout.group_size": 2, "rollout.concurrency": 2, "rollout.max_new_tokens": 16, "algo.dynamic_sampling": False,
+}  # fmt: skip
+
+
+def write_study(tmp_path: Path, model: str = "smollm2-135m", **changes: object) -> Path:
+    study = {
+        "base": str(QUICKSTART), "overrides": {"model.name": model, **SMALL},
+        "methods": {"grpo": {}, "igpo": {"algo.advantage": "igpo"}},
+        "seeds": [0], "episodes": 4, "eval_tasks": 3, "out_dir": str(tmp_path / "study"),
+    }  # fmt: skip
+    study.update(changes)
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+def agentrl(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- validation
+def test_plan_gives_every_arm_the_same_seed_tasks_budget_and_warm_up(tmp_path):
+    study = load_study(write_study(tmp_path, seeds=[3, 4], episodes=8))
+    runs = plan(study)
+    assert [(r.seed, r.method, r.steps) for r in runs] == [
+        (3, None, 0), (3, "grpo", 4), (3, "igpo", 4), (4, None, 0), (4, "grpo", 4), (4, "igpo", 4)
+    ]  # fmt: skip
+    for run in runs[1:3]:
+        assert f"model.adapter={tmp_path / 'study' / 'seed-3' / 'warmup' / 'model'}" in run.overrides
+        assert {"train.seed=3", "train.eval_episodes=3", "train.sft_warmup_steps=0"} <= set(run.overrides)
+    assert "algo.advantage=igpo" in runs[2].overrides and "algo.advantage=igpo" not in runs[1].overrides
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "fix"),
+    [
+        ({"methods": {"grpo": {}, "igpo": {"algo.advantage": "igpoo"}}}, "study.methods.igpo: algo.advantage", "igpo"),
+        ({"methods": {"grpo": {}, "x": {"algo.kl_coeff": 1}}}, "study.methods.x: algo.kl_coeff", "did you mean"),
+        ({"methods": {"grpo": {}, "x": {"train.steps": 9}}}, "study.methods.x: train.steps", "episodes"),
+        ({"methods": {"grpo": {}, "x": {"train.sft_lr": 1.0}}}, "study.methods.x: train.sft_lr", "warm-up is shared"),
+        ({"episodes": 5}, "study.episodes", "multiple of 2"),
+        ({"baseline": "ppo"}, "study.baseline", "grpo, igpo"),
+        ({"seeds": []}, "study.seeds", "[0, 1, 2]"),
+        ({"methods": {"grpo": {}}}, "study.methods", "igpo"),
+        ({"sedes": [0]}, "study.sedes", "known keys"),
+    ],
+)  # fmt: skip
+def test_a_bad_study_fails_before_anything_runs_naming_the_field_and_fix(tmp_path, changes, field, fix):
+    with pytest.raises(ConfigError) as err:
+        load_study(write_study(tmp_path, **changes))
+    assert err.value.field == field
+    assert fix in (err.value.fix or "") + err.value.problem
+    assert not (tmp_path / "study" / "seed-0").exists()
+
+
+def test_the_cli_refuses_a_bad_study_with_exit_2(tmp_path):
+    proc = agentrl("study", str(write_study(tmp_path, methods={"grpo": {}, "b": {"algo.loss": "nope"}})))
+    assert proc.returncode == 2
+    assert "study.methods.b: algo.loss" in " ".join(proc.stderr.split())
+
+
+# --------------------------------------------------------------------------- mechanism metrics
+def test_igpo_diagnostics_count_the_information_gain_turns():
+    from agentrl.registry import ADVANTAGES
+
+    # two rows, 3 turns each; turn k's tokens carry turn_id k; the last turn of a row gets the outcome
+    turn_id = torch.tensor([[0, 0, 1, 1, 2, 2], [0, 0, 1, 1, 2, 2]])  # [B=2, L=6]
+    gt = torch.tensor(
+        [[-2.0, -1.0, -1.0, -0.5], [-3.0, -3.0, -2.5, -2.0]]
+    )  # [B, K+1]: gains 1,0,(.5) | 0,.5,(.5)
+    batch = {"outcome": torch.tensor([1.0, 0.0]), "group_id": torch.tensor([0, 0]), "gt_logprob": gt,
+             "turn_id": turn_id, "loss_mask": torch.ones(2, 6), "row_rollout": torch.tensor([0, 1])}  # fmt: skip
+    d = ADVANTAGES.get("igpo").diagnostics(batch, {"info_gain_kind": "log_prob_diff"})
+    assert d["igpo/ig_turns"] == 4.0  # turns 0 and 1 of each row
+    assert d["igpo/ig_nonzero_share"] == 0.5
+    assert d["igpo/ig_nonzero_mean"] == pytest.approx(0.75)
+    assert d["igpo/ig_abs_mean"] == pytest.approx(0.375)
+    assert ADVANTAGES.get("grpo").diagnostics(batch, {}) == {}
+
+
+def test_empg_diagnostics_give_the_spread_of_the_scale_the_estimator_uses():
+    from agentrl.algos.advantages import empg_scale
+    from agentrl.registry import ADVANTAGES
+
+    turn_id = torch.tensor([[0, 0, 1, 1], [0, 0, 1, -1]])  # [B=2, L=4]
+    entropy = torch.tensor([[0.0, 0.0, 1.0, 1.0], [2.0, 2.0, 0.5, 0.0]])  # step entropies 0, 1 | 2, 0.5
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+    batch = {"outcome": torch.tensor([1.0, 0.0]), "group_id": torch.tensor([0, 0]), "entropy": entropy,
+             "turn_id": turn_id, "loss_mask": mask, "row_rollout": torch.tensor([0, 1])}  # fmt: skip
+    d = ADVANTAGES.get("empg").diagnostics(batch, {"k": 2.0})
+    h = torch.tensor([0.0, 0.5, 1.0, 0.25])  # (H - 0) / (2 - 0)
+    g = torch.exp(-2.0 * h) / torch.exp(-2.0 * h).mean()
+    assert d["empg/steps"] == 4.0
+    assert d["empg/scale_p50"] == pytest.approx(float(torch.quantile(g, 0.5)), rel=1e-5)
+    assert d["empg/scale_p10"] < d["empg/scale_p50"] < d["empg/scale_p90"]
+    assert d["empg/scale_std"] == pytest.approx(float(g.std(unbiased=False)), rel=1e-5)
+    scale, _ = empg_scale(torch.tensor([[0.0, 1.0], [2.0, 0.5]]), torch.ones(2, 2, dtype=torch.bool), k=2.0)
+    assert sorted(scale.flatten().tolist()) == pytest.approx(sorted(g.tolist()), rel=1e-5)
+
+
+def test_context_metrics_measure_the_main_thread_branches_and_penalties():
+    from agentrl.train.metrics import context_metrics
+    from agentrl.trajectory import Episode, Segment, Turn
+
+    def turn(n_out: int, n_obs: int, q: list[float] | None = None) -> Turn:
+        return Turn(index=0, output_ids=[1] * n_out, output_logprobs=[0.0] * n_out, obs_ids=[2] * n_obs,
+                    process_reward=q)  # fmt: skip
+
+    folded = Episode("a", "e", "t", [
+        Segment([0] * 10, [turn(5, 20, [0.0] * 5)]),
+        Segment([0] * 30, [turn(4, 6, [-1.0, -1.0, 0.0, 0.0])], fold_id=1, kind="branch"),
+        Segment([0] * 30, [turn(3, 0, [0.0, 0.0, -0.2])], fold_id=2, kind="branch"),
+    ])  # fmt: skip
+    react = Episode("b", "e", "t", [Segment([0] * 10, [turn(5, 20), turn(5, 40)])])
+    m = context_metrics([folded, react])
+    assert m["ctx/main_tokens"] == (35 + 80) / 2
+    assert m["ctx/peak_tokens"] == (40 + 80) / 2
+    assert m["fold/branches"] == 1.0  # 2 and 0
+    assert m["fold/process_penalty"] == pytest.approx(-2.2 / 2)
+    assert m["fold/penalised_tokens"] == 1.5
+    assert set(context_metrics([react])) == {"ctx/main_tokens", "ctx/peak_tokens"}
+
+
+# --------------------------------------------------------------------------- end to end, with resume
+@pytest.mark.slow
+def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tiny_model_dir, tmp_path):
+    from agentrl.train.trainer import compare_evals
+
+    config = write_study(tmp_path, model=str(tiny_model_dir))
+    out = tmp_path / "study"
+    first = agentrl("study", str(config), "--max-runs", "1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "stopped after 1 run(s)" in first.stdout
+    grpo_summary = out / "seed-0" / "grpo" / "summary.json"
+    assert grpo_summary.exists() and not (out / "seed-0" / "igpo" / "summary.json").exists()
+    partial = json.loads((out / "results.json").read_text())
+    assert partial["complete"] is False and partial["runs_finished"] == 1
+    stamps = {p: p.stat().st_mtime_ns for p in (grpo_summary, out / "seed-0" / "warmup" / "summary.json")}
+
+    second = agentrl("study", str(config))
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "study: seed 0 warm-up: finished, skipped" in second.stdout
+    assert "study: seed 0 grpo: finished, skipped" in second.stdout
+    assert "study: seed 0 igpo: starting (2 RL steps)" in second.stdout
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # not run again
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"] is True and results["runs_finished"] == results["runs_expected"] == 2
+    summaries = {m: json.loads((out / "seed-0" / m / "summary.json").read_text()) for m in ("grpo", "igpo")}
+    runs = {r["method"]: r for r in results["runs"]}
+    for method, s in summaries.items():
+        r = runs[method]
+        assert (r["success_before"], r["success_after"], r["gained"], r["lost"], r["p_value"]) == (
+            s["success_before"], s["success_after"], s["gained"], s["lost"], s["p_value"]
+        )  # fmt: skip
+        assert r["eval_tasks"] == 3 and r["steps"] == 2 and s["steps"] == 2
+        assert len(r["eval_failed"]) == 2  # the eval before and the one after RL
+        assert r["same_start_as_baseline"] is True  # greedy evals of the one warm-up checkpoint
+        resolved = yaml.safe_load((out / "seed-0" / method / "resolved_config.yaml").read_text())
+        assert resolved["model"]["adapter"] == str(out / "seed-0" / "warmup" / "model")
+        assert resolved["train"]["sft_warmup_steps"] == 0 and resolved["train"]["seed"] == 0
+    assert summaries["igpo"]["objective"]["advantage"] == "igpo"
+    # the paired test against the baseline is the trainer's sign test on the two arms' per-task outcomes
+    expected = compare_evals(
+        summaries["grpo"]["eval_tasks"]["after"], summaries["igpo"]["eval_tasks"]["after"]
+    )
+    vs = runs["igpo"]["vs_baseline"]
+    assert (vs["tasks"], vs["gained"], vs["lost"], vs["p_value"]) == (
+        3, expected["gained"], expected["lost"], expected["p_value"]
+    )  # fmt: skip
+    assert runs["grpo"]["vs_baseline"] is None
+    assert results["methods"]["igpo"]["vs_baseline_pooled"] == vs
+    # mechanism metrics: the IGPO arm logged its information gains, every arm its context size
+    igpo_mech, grpo_mech = runs["igpo"]["mechanisms"], runs["grpo"]["mechanisms"]
+    assert 0.0 <= igpo_mech["igpo/ig_nonzero_share"] <= 1.0
+    assert not any(k.startswith("igpo/") for k in grpo_mech)
+    assert grpo_mech["ctx/main_tokens"] > 0 and "loss/grad_norm_p50" in grpo_mech
+    records = [json.loads(x) for x in (out / "seed-0" / "igpo" / "metrics.jsonl").read_text().splitlines()]
+    shares = [r["igpo/ig_nonzero_share"] for r in records if "igpo/ig_nonzero_share" in r]
+    assert igpo_mech["igpo/ig_nonzero_share"] == pytest.approx(sum(shares) / len(shares))
+    # report.md: one table row per method with the numbers of results.json
+    report = (out / "report.md").read_text()
+    assert "(incomplete)" not in report
+    igpo_row = next(
+        line for line in report.splitlines() if line.startswith("| `igpo` | `algo.advantage=igpo`")
+    )
+    assert f"{runs['igpo']['success_after']:.3f}" in igpo_row
+    assert f"{vs['gained']} / {vs['lost']} of 3" in igpo_row
+    assert any(
+        line.startswith("| `grpo` | (base) | 1 |") and "baseline" in line for line in report.splitlines()
+    )
+    for plot in ("success.png", "reward.png", "context.png"):
+        assert (out / plot).stat().st_size > 0, plot
+    assert set(results["plots"]) >= {"success.png", "reward.png", "context.png"}
