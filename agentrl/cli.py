@@ -146,7 +146,7 @@ def _play_folded(env_id: str, script: Path | None, task_id: str | None, split: s
     from agentrl.config import RunConfig, load_config
     from agentrl.errors import ConfigError
     from agentrl.rollout.model import load_tokenizer
-    from agentrl.rollout.oracle_agent import replay_through_agent, turn_records
+    from agentrl.rollout.replay import replay_through_agent, turn_records
 
     if script is None or task_id is None:
         raise typer.BadParameter("--folding replays a --script on one --task-id; give both")

@@ -15,7 +15,6 @@ A new environment is one subclass of :class:`TextEnv` that implements ``load_tas
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ from gymnasium import spaces
 
 from agentrl.actions import ParsedAction, parse_action
 from agentrl.errors import EnvError
+from agentrl.registry import load_entry_point
 from agentrl.tools.base import Tool, ToolOutcome
 
 MAX_TEXT = 1 << 20
@@ -366,14 +366,9 @@ def play_policy(
 ENV_DESCRIPTIONS: dict[str, str] = {}
 
 
-def _load(entry_point: str) -> type:
-    module, _, attr = entry_point.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def build_env(*, entry_point: str, max_turns: int = 10, max_obs_chars: int = 8192, **kwargs: Any) -> gym.Env:
     """Construct an env and apply the one wrapper stack (budgets); gymnasium adds order checks."""
-    env = _load(entry_point)(**kwargs)
+    env = load_entry_point(entry_point)(**kwargs)
     env = ObservationBudget(env, max_obs_chars)
     return TurnBudget(env, max_turns)
 

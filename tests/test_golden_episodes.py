@@ -123,9 +123,9 @@ RETURN_IN_MAIN = '<tool_call>{"name": "return", "arguments": {"message": "done"}
 
 def _oracles(tokenizer: Any, env_id: str, oracle: str, template_mode: str = "concat") -> list[Any]:
     import agentrl
+    from agentrl.registry import load_entry_point
     from agentrl.rollout.agent import AgentConfig
     from agentrl.rollout.runner import RunnerConfig, run_oracle_episodes
-    from agentrl.train.sft import load_oracle
 
     probe = agentrl.make(env_id)
     tasks = list(probe.unwrapped.load_tasks("train"))[:3]
@@ -136,7 +136,7 @@ def _oracles(tokenizer: Any, env_id: str, oracle: str, template_mode: str = "con
         progress=False,
         env_kwargs={"max_turns": 6},
     )
-    return run_oracle_episodes(env_id, tasks, load_oracle(oracle), tokenizer, config, seed=5)
+    return run_oracle_episodes(env_id, tasks, load_entry_point(oracle), tokenizer, config, seed=5)
 
 
 def _eval(suite: str, agent: str, limit: int = 2) -> dict[str, Any]:

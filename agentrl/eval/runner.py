@@ -18,7 +18,6 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,30 +27,10 @@ from agentrl.env import Task
 from agentrl.errors import AgentRLError, ConfigError, EnvError
 from agentrl.eval.agents import AgentSpec, OracleAdapter, RandomAgent, ScriptedAgent, load_oracle, parse_agent
 from agentrl.eval.model_agent import SETTING_SOURCES, ModelEvalConfig
-from agentrl.eval.report import aggregate, error_lines, failure_bucket, table_lines, write_report
+from agentrl.eval.records import EvalResult, Job, episode_record, failed_episode, subset_label
+from agentrl.eval.report import aggregate, error_lines, table_lines, write_report
 from agentrl.eval.suites import Part, Suite, parse_suite
 from agentrl.trajectory import Episode, Segment, Turn, write_jsonl
-
-
-@dataclass(frozen=True)
-class Job:
-    """One episode to run: a task of a part, the sample index (for pass@k) and its seed."""
-
-    part: Part
-    task: Task
-    sample: int
-    seed: int
-
-
-@dataclass
-class EvalResult:
-    """What :func:`evaluate` returns."""
-
-    records: list[dict[str, Any]]
-    metrics: dict[str, Any]
-    episodes: list[Episode] = field(default_factory=list)
-    #: chat agents: each episode's messages as sent and received (written to transcripts.jsonl)
-    transcripts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def make_part_env(part: Part, split: str) -> Any:
@@ -106,43 +85,6 @@ def select_tasks(suite: Suite, limit: int | None, seed: int) -> list[tuple[Part,
     return selected
 
 
-def subset_label(suite: Suite, part: Part, task: Task) -> str:
-    return " ".join(filter(None, [part.name, suite.subset(task)])) or "all"
-
-
-def episode_record(suite: Suite, job: Job, episode: Episode, seconds: float) -> dict[str, Any]:
-    """The flat per-episode record the report is built from."""
-    metrics = dict(episode.metrics)
-    success = float(metrics.get(suite.success, episode.outcome))
-    record = {
-        "episode_id": episode.episode_id,
-        "env_id": job.part.env_id,
-        "part": job.part.name,
-        "task_id": job.task.id,
-        "sample": job.sample,
-        "seed": job.seed,
-        "level": job.task.level,
-        "subset": subset_label(suite, job.part, job.task),
-        "reward": float(episode.outcome),
-        "success": 1.0 if success >= 1.0 else 0.0,
-        "answer": episode.answer,
-        "ground_truth": episode.ground_truth if episode.ground_truth is not None else job.task.answer,
-        "turns": int(metrics.get("turns", episode.num_turns)),
-        "terminated": episode.terminated,
-        "truncated": episode.truncated,
-        "answered": bool(metrics.get("answered", episode.answer is not None)),
-        "tool_calls": int(metrics.get("tool_calls", 0)),
-        "tool_errors": int(metrics.get("tool_errors", 0)),
-        "format_errors": int(metrics.get("format_errors", 0)),
-        "void_turns": int(metrics.get("void_turns", 0)),
-        "metrics": metrics,
-        "error": episode.error,
-        "seconds": seconds,
-    }
-    record["bucket"] = failure_bucket(record)
-    return record
-
-
 # --------------------------------------------------------------------------- scripted agents
 def play_scripted(env: Any, agent: ScriptedAgent, job: Job, split: str) -> Episode:
     """One episode of a scripted agent; the trajectory keeps texts (there are no tokens)."""
@@ -182,19 +124,6 @@ def play_scripted(env: Any, agent: ScriptedAgent, job: Job, split: str) -> Episo
         answer=info.get("answer"),
         ground_truth=info.get("ground_truth"),
         metrics=dict(info.get("metrics", {})),
-    )
-
-
-def failed_episode(job: Job, error: str) -> Episode:
-    return Episode(
-        episode_id=f"{job.task.id}#{job.sample}",
-        env_id=job.part.env_id,
-        task_id=job.task.id,
-        segments=[],
-        group_id=job.task.id,
-        seed=job.seed,
-        ground_truth=job.task.answer,
-        error=error,
     )
 
 
@@ -283,7 +212,9 @@ def run_model(
             client.close()
     from agentrl.eval.model_agent import run_model_jobs
 
-    return run_model_jobs(suite, jobs, spec, concurrency=concurrency, seed=seed, settings=settings, remote=remote)
+    return run_model_jobs(
+        suite, jobs, spec, concurrency=concurrency, seed=seed, settings=settings, remote=remote
+    )
 
 
 # --------------------------------------------------------------------------- entry points
@@ -322,7 +253,9 @@ def evaluate(
         if spec.kind in ("oracle", "random"):
             results = run_scripted(suite_obj, jobs, scripted_factory(spec, suite_obj), concurrency, remote)
         else:
-            results, setup_s = run_model(suite_obj, jobs, spec, concurrency, seed, settings, transcripts, remote)
+            results, setup_s = run_model(
+                suite_obj, jobs, spec, concurrency, seed, settings, transcripts, remote
+            )
     finally:
         for pool in (remote or {}).values():
             pool.shutdown()

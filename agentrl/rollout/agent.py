@@ -26,7 +26,7 @@ from agentrl.trajectory import Episode, Segment, Source, Turn
 MAX_ACTION_ECHO = 200
 
 
-class Policy(Protocol):
+class SamplingPolicy(Protocol):
     """Produces one assistant turn (token ids + log-probs) for a prompt."""
 
     async def start(self, task: Any) -> None: ...
@@ -180,7 +180,7 @@ class EpisodeRun:
     def __init__(
         self,
         env: Any,
-        policy: Policy,
+        policy: SamplingPolicy,
         tokenizer: Any,
         config: AgentConfig,
         *,

@@ -26,7 +26,7 @@ from typing import Any
 
 from agentrl.errors import ConfigError, EpisodeError
 from agentrl.rollout import process_rewards
-from agentrl.rollout.agent import AgentConfig, EpisodeRun, ModelPolicy, Policy, call_in_executor
+from agentrl.rollout.agent import AgentConfig, EpisodeRun, ModelPolicy, SamplingPolicy, call_in_executor
 from agentrl.rollout.batcher import Batcher
 from agentrl.rollout.generators.base import Generator, derive_seed
 from agentrl.trajectory import Episode, save, write_jsonl
@@ -140,7 +140,7 @@ class Runner:
         tokenizer: Any,
         *,
         generator: Generator | None = None,
-        policy_factory: Callable[[], Policy] | None = None,
+        policy_factory: Callable[[], SamplingPolicy] | None = None,
         config: RunnerConfig | None = None,
         policy_version: int = 0,
         judge: process_rewards.ScopeJudge | None = None,
@@ -188,7 +188,7 @@ class Runner:
         return self.env()
 
     # ------------------------------------------------------------------ one episode
-    async def _episode(self, job: _Job, executor: ThreadPoolExecutor, policy: Policy) -> Episode:
+    async def _episode(self, job: _Job, executor: ThreadPoolExecutor, policy: SamplingPolicy) -> Episode:
         async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             if inspect.iscoroutinefunction(fn):  # remote envs (env.placement: ray) await their actor
                 return await fn(*args, **kwargs)
@@ -229,7 +229,7 @@ class Runner:
                 asyncio.get_running_loop().run_in_executor(executor, _close_quietly, env)
 
     async def _job(
-        self, job: _Job, executor: ThreadPoolExecutor, make_policy: Callable[[], Policy]
+        self, job: _Job, executor: ThreadPoolExecutor, make_policy: Callable[[], SamplingPolicy]
     ) -> Episode:
         attempts = 1 + (self.config.max_retries if self.config.watchdog_action == "retry" else 0)
         lost_left = int(getattr(self.env, "lost_retries", 0))  # env.ray_lost_retries (remote envs)
@@ -491,7 +491,7 @@ def run_episodes(
     tokenizer: Any,
     config: Any = None,
     *,
-    policy_factory: Callable[[], Policy] | None = None,
+    policy_factory: Callable[[], SamplingPolicy] | None = None,
     seeds: Sequence[int | None] | None = None,
     seed: int = 0,
     out_path: str | Path | None = None,

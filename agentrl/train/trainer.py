@@ -164,10 +164,10 @@ class Rollouts:
         return episodes, stats.as_metrics()
 
     def demonstrations(self, count: int, oracle: str, seed: int, on_episode: Any = None) -> list[Episode]:
+        from agentrl.registry import load_entry_point
         from agentrl.rollout.runner import run_oracle_episodes
-        from agentrl.train.sft import load_oracle
 
-        oracle_cls = load_oracle(oracle)
+        oracle_cls = load_entry_point(oracle, field="train.oracle")
         tasks = random.Random(seed).sample(self.train_tasks, min(count, len(self.train_tasks)))
         # the oracle's text is not sampled, so the per-turn token budget must not cut it
         agent = dataclasses.replace(
@@ -317,8 +317,9 @@ def train(config: RunConfig) -> dict[str, Any]:
                 else None
             )
             data = StepData(
-                episodes=kept, tokens=tokens, old=old, config=config, ig_scorer=ig_scorer, engine=engine
-            )
+                episodes=kept, tokens=tokens, old=old, config=config, plan=objective_plan(config),
+                ig_scorer=ig_scorer, engine=engine,
+            )  # fmt: skip
             with progress.phase(f"{tag} scoring", per_step=False, key="scoring"):
                 adv, returns, batch = compute_advantages(data)  # the behaviour pass runs here (lazy)
             scoring_s = time.perf_counter() - t0

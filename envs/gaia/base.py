@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentrl.env import Score, Task, TextEnv
-from agentrl.eval.gaia_scorer import question_scorer
+from agentrl.scorers.gaia import question_scorer
 from agentrl.tools.base import Tool
 from agentrl.tools.files import make_file_tools
 

@@ -14,7 +14,7 @@ from agentrl.env import Score, Task, TextEnv
 from agentrl.envs.search.questions import HOP_MIXES, generate_questions
 from agentrl.envs.search.wiki import generate_wiki
 from agentrl.errors import ConfigError, EnvError
-from agentrl.eval.scorers import qa_scores
+from agentrl.scorers.qa import qa_scores
 from agentrl.tools.base import Tool
 from agentrl.tools.search import Doc, RemoteRetriever, Retriever, make_retriever, search_tools
 

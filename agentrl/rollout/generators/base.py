@@ -241,8 +241,6 @@ def make_generator(
                 raise ConfigError(
                     "rollout.base_url", f"empty URL in {base_url!r}", "use URL1,URL2 with no empty items"
                 )
-            from agentrl.rollout.generators.balanced import BalancedGenerator
-
-            return BalancedGenerator([cls(url, model=model_name, **kwargs) for url in urls])
+            return GENERATORS.get("balanced")([cls(url, model=model_name, **kwargs) for url in urls])
         return cls(base_url, model=model_name, **kwargs)
     return cls(model_name, dtype=dtype, **kwargs)
