@@ -88,6 +88,9 @@ class TextEnv(gym.Env[str, str]):
     react_actions: bool = True
     #: At most this many tool calls run per turn; more are refused with an observation.
     max_calls_per_turn: int = 4
+    #: The final-info metric that says the task was solved (a value >= 1 counts; see :func:`solved`).
+    #: Training (``eval/success``) and evaluation (the ``success`` column) both read it.
+    success_metric: str = "reward"
 
     def __init__(self, *, split: str = "train", render_mode: str | None = None):
         if split not in self.splits:
@@ -362,6 +365,12 @@ def play_policy(
             return float(reward), info
 
 
+def solved(metrics: dict[str, float], outcome: float, metric: str) -> float:
+    """1.0 when the episode solved its task: its ``metric`` (the env's :attr:`TextEnv.success_metric`;
+    the outcome reward when the episode has no such metric) is >= 1, else 0.0."""
+    return 1.0 if float(metrics.get(metric, outcome)) >= 1.0 else 0.0
+
+
 # --------------------------------------------------------------------------- registry
 ENV_DESCRIPTIONS: dict[str, str] = {}
 
@@ -410,6 +419,23 @@ def make(id: str, **kwargs: Any) -> gym.Env:
         known = ", ".join(sorted(ENV_DESCRIPTIONS))
         raise EnvError(f"unknown env id {id!r}; registered: {known}")
     return gym.make(id, **kwargs)
+
+
+def registered_turn_budget(id: str, kwargs: dict[str, Any] | None = None) -> int | None:
+    """The turn budget ``make(id, **kwargs)`` gives (``max_turns`` in kwargs, else the registration's)."""
+    if kwargs and "max_turns" in kwargs:
+        return int(kwargs["max_turns"])
+    return int(gym.spec(id).kwargs["max_turns"]) if id in ENV_DESCRIPTIONS else None
+
+
+def success_metric(id: str) -> str:
+    """The :attr:`TextEnv.success_metric` a registered id declares (read from its class; no env is built)."""
+    make_kwargs = gym.spec(id).kwargs if id in ENV_DESCRIPTIONS else {}
+    if "entry_point" not in make_kwargs:
+        return TextEnv.success_metric
+    return str(
+        getattr(load_entry_point(make_kwargs["entry_point"]), "success_metric", TextEnv.success_metric)
+    )
 
 
 def registered_ids() -> list[str]:

@@ -40,9 +40,19 @@ def test_scripted_episode_rewards_and_info():
     ]
     for turn, (action, want_obs, want_reward, want_done) in enumerate(expected, start=1):
         obs, reward, terminated, truncated, info = env.step(action)
-        assert (obs, reward, terminated, truncated, info["turn"]) == (want_obs, want_reward, want_done, False, turn)
+        assert (obs, reward, terminated, truncated, info["turn"]) == (
+            want_obs,
+            want_reward,
+            want_done,
+            False,
+            turn,
+        )
     assert info["answer"] == "30" and info["ground_truth"] == "30"
-    assert info["metrics"]["em"] == 1.0 and info["metrics"]["tool_calls"] == 2.0 and info["metrics"]["turns"] == 3.0
+    assert (
+        info["metrics"]["em"] == 1.0
+        and info["metrics"]["tool_calls"] == 2.0
+        and info["metrics"]["turns"] == 3.0
+    )
     with pytest.raises(EnvError):
         env.step("<answer>30</answer>")
 
@@ -114,7 +124,11 @@ def test_registered_env_contract(env_id):
         obs, info = env.reset(seed=3)
         assert isinstance(obs, str) and obs and {"turn", "tool_calls"} <= set(info)
         for schema in unwrapped.tools:
-            assert schema["type"] == "function" and schema["function"]["name"] and schema["function"]["description"]
+            assert (
+                schema["type"] == "function"
+                and schema["function"]["name"]
+                and schema["function"]["description"]
+            )
     finally:
         env.close()
         env.close()
@@ -124,10 +138,16 @@ def _scripted_actions(env) -> list[str]:
     actions = ["hello", "<tool_call>{broken json</tool_call>"]
     for schema in env.unwrapped.tools[:2]:
         params = schema["function"]["parameters"]
-        args = {name: ("1" if prop.get("type") == "string" else 1) for name, prop in params["properties"].items()
-                if name in params.get("required", [])}
-        actions.append(json.dumps({"name": schema["function"]["name"], "arguments": args}).join(
-            ["<tool_call>", "</tool_call>"]))
+        args = {
+            name: ("1" if prop.get("type") == "string" else 1)
+            for name, prop in params["properties"].items()
+            if name in params.get("required", [])
+        }
+        actions.append(
+            json.dumps({"name": schema["function"]["name"], "arguments": args}).join(
+                ["<tool_call>", "</tool_call>"]
+            )
+        )
     return actions + ["<answer>42</answer>"]
 
 
@@ -140,3 +160,24 @@ def test_same_seed_same_episode(env_id):
         runs.append(_play(env, 11, _scripted_actions(env)))
         env.close()
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("env_id", ALL_IDS)
+def test_each_env_declares_the_success_metric_its_final_info_reports(env_id):
+    """Training's ``eval/success`` and ``agentrl eval``'s success both read this one metric."""
+    env = _make(env_id)
+    try:
+        metric = agentrl.env.success_metric(env_id)
+        assert metric == env.unwrapped.success_metric
+        env.reset(seed=5)
+        _, _, _, _, info = env.step("<answer>42</answer>")
+        assert metric in info["metrics"], (metric, sorted(info["metrics"]))
+        assert agentrl.env.solved(info["metrics"], 0.0, metric) in (0.0, 1.0)
+    finally:
+        env.close()
+
+
+def test_solved_reads_the_named_metric_and_falls_back_to_the_outcome():
+    assert agentrl.env.solved({"em": 1.0, "f1": 0.5}, 0.5, "em") == 1.0
+    assert agentrl.env.solved({"em": 0.0, "f1": 1.0}, 1.0, "em") == 0.0
+    assert agentrl.env.solved({}, 1.0, "correct") == 1.0 and agentrl.env.solved({}, 0.99, "correct") == 0.0

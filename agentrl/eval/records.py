@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.env import Task
+from agentrl.env import Task, solved, success_metric
 from agentrl.eval.report import failure_bucket
 from agentrl.eval.suites import Part, Suite
 from agentrl.trajectory import Episode
@@ -44,7 +44,7 @@ def subset_label(suite: Suite, part: Part, task: Task) -> str:
 def episode_record(suite: Suite, job: Job, episode: Episode, seconds: float) -> dict[str, Any]:
     """The flat per-episode record the report is built from."""
     metrics = dict(episode.metrics)
-    success = float(metrics.get(suite.success, episode.outcome))
+    success = solved(metrics, episode.outcome, suite.success or success_metric(job.part.env_id))
     record = {
         "episode_id": episode.episode_id,
         "env_id": job.part.env_id,
@@ -55,7 +55,7 @@ def episode_record(suite: Suite, job: Job, episode: Episode, seconds: float) -> 
         "level": job.task.level,
         "subset": subset_label(suite, job.part, job.task),
         "reward": float(episode.outcome),
-        "success": 1.0 if success >= 1.0 else 0.0,
+        "success": success,
         "answer": episode.answer,
         "ground_truth": episode.ground_truth if episode.ground_truth is not None else job.task.answer,
         "turns": int(metrics.get("turns", episode.num_turns)),

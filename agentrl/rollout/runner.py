@@ -28,6 +28,7 @@ from agentrl.errors import ConfigError, EpisodeError
 from agentrl.rollout import process_rewards
 from agentrl.rollout.agent import AgentConfig, EpisodeRun, ModelPolicy, SamplingPolicy, call_in_executor
 from agentrl.rollout.batcher import Batcher
+from agentrl.rollout.context import choose_context
 from agentrl.rollout.generators.base import Generator, derive_seed
 from agentrl.trajectory import Episode, save, write_jsonl
 
@@ -53,17 +54,13 @@ class RunnerConfig:
     lockstep: bool = False  # timing-independent batches (see Batcher); train.deterministic sets it
 
     @classmethod
-    def from_rollout(
-        cls, rollout: Any, *, env_max_turns: int | None = None, **overrides: Any
-    ) -> RunnerConfig:
-        """Build from a :class:`agentrl.config.RolloutConfig` (fields it lacks keep their defaults)."""
+    def from_rollout(cls, rollout: Any, **overrides: Any) -> RunnerConfig:
+        """Build from a :class:`agentrl.config.RolloutConfig` (fields it lacks keep their defaults).
+
+        The agent's turn cap is not set here: the episode loop derives it from the env's own turn
+        budget and the context strategy (:meth:`agentrl.rollout.context.Context.turn_cap`)."""
         agent_fields = {f.name for f in fields(AgentConfig)}
         agent_kwargs = {k: getattr(rollout, k) for k in agent_fields if hasattr(rollout, k)}
-        if env_max_turns is not None and not hasattr(rollout, "max_turns"):
-            # env turns plus room for branch/return and summary turns
-            agent_kwargs["max_turns"] = (
-                env_max_turns * (3 if getattr(rollout, "folding", "none") != "none" else 1) + 1
-            )
         runner_kwargs = {
             k: getattr(rollout, k)
             for k in (
@@ -161,7 +158,7 @@ class Runner:
                 "rollout.watchdog_action", f"{self.config.watchdog_action!r}", "use cancel or retry"
             )
         self.config.agent.validate()
-        self.config.agent.check_template(tokenizer)
+        self.context = choose_context(self.config.agent, tokenizer)  # once, before any episode
         self._batcher: Batcher | None = None
         self.judge = judge or (
             process_rewards.build_judge(
@@ -169,7 +166,7 @@ class Runner:
                 submit=(lambda ids, sampling: self._batcher.submit(ids, sampling)) if generator else None,  # type: ignore[union-attr]
                 tokenizer=tokenizer,
             )
-            if self.config.agent.folding == "branch"
+            if self.context.needs_judge
             else None
         )
         self.policy_version = policy_version
@@ -209,6 +206,7 @@ class Runner:
             policy_version=self.policy_version,
             judge=self.judge,
             sampling_seed=job.sampling_seed,
+            context=self.context,
             # a replayable id: the same (seed, task, sample, policy version) gives the same id
             episode_id=f"{derive_seed(job.sampling_seed, self.policy_version):016x}"[:12],
         )

@@ -28,6 +28,7 @@ class GaiaBaseEnv(TextEnv):
     ``file_path`` (where the attachment is on disk). Subclasses add tools and task sources.
     """
 
+    success_metric = "correct"
     system_prompt = GAIA_SYSTEM_PROMPT
     final_answer_prefix = True
     #: Offer the sandboxed ``python`` tool (subclasses set these in ``__init__``).

@@ -83,6 +83,7 @@ def check_reward(reward: str) -> str:
 class SearchEnv(TextEnv):
     """Questions about a generated fictional encyclopedia, answered through search and open."""
 
+    success_metric = "em"
     system_prompt = TOOL_PROMPT
     splits = ("train", "dev", "test")
 

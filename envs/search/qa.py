@@ -94,6 +94,7 @@ def _read(path: str) -> tuple[QARecord, ...]:
 class SearchQAEnv(TextEnv):
     """Real QA sets; closed-book by default, search tools over a remote retriever when configured."""
 
+    success_metric = "em"
     splits = ("test",)
 
     def __init__(

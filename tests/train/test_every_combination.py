@@ -78,7 +78,7 @@ def make_world():
     episodes = {}
     for folding in ("none", "summary", "branch"):
         cfg = load_config(None, [*BASE, f"rollout.folding={folding}"], validate=False)
-        runner = RunnerConfig.from_rollout(cfg.rollout, env_max_turns=3, progress=False)
+        runner = RunnerConfig.from_rollout(cfg.rollout, progress=False)
         runner = dataclasses.replace(runner, group_size=1)
         generator = make_generator("hf", model=model, tokenizer=tokenizer, seed=0, max_batch_size=8)
         sampled = run_episodes(make_env, tasks, generator, tokenizer, runner, seed=1)

@@ -22,6 +22,8 @@ from typing import Any
 
 from agentrl.errors import ConfigError, GeneratorError
 
+BALANCED = "agentrl.rollout.generators.balanced:BalancedGenerator"  # several base URLs (openai)
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -223,7 +225,7 @@ def make_generator(
     ``model_name``. ``openai`` needs ``base_url``. ``vllm`` loads ``model_name`` itself.
     """
     import agentrl.rollout  # noqa: F401  (registers the backends)
-    from agentrl.registry import GENERATORS
+    from agentrl.registry import GENERATORS, load_entry_point
 
     cls = GENERATORS.get(backend, field="rollout.backend")
     if backend == "hf":
@@ -241,6 +243,7 @@ def make_generator(
                 raise ConfigError(
                     "rollout.base_url", f"empty URL in {base_url!r}", "use URL1,URL2 with no empty items"
                 )
-            return GENERATORS.get("balanced")([cls(url, model=model_name, **kwargs) for url in urls])
+            balanced = load_entry_point(BALANCED)  # by name: the balanced generator subclasses Generator
+            return balanced([cls(url, model=model_name, **kwargs) for url in urls])
         return cls(base_url, model=model_name, **kwargs)
     return cls(model_name, dtype=dtype, **kwargs)
