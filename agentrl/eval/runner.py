@@ -1,14 +1,17 @@
 """``agentrl eval``: run an agent over a suite's tasks and write records, metrics and a report.
 
-Scripted agents (oracle, random) step the env directly, one env per worker thread. Model agents
-go through the rollout engine (:mod:`agentrl.rollout`), the same Env + Agent + Generator path as
-training, with an HF generator (a model name / path) or the OpenAI-compatible HTTP client.
+Every agent plays through the one episode loop of training (:class:`agentrl.rollout.agent.EpisodeRun`).
+Text agents (oracle, random, chat) use the text context strategy, one env per worker thread; model
+agents go through the rollout runner, the same Env + Agent + Generator path as training, with an
+HF generator (a model name / path) or the OpenAI-compatible HTTP client.
 Whatever the agent, a crashed episode is recorded with its error and the run goes on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import random
 import re
 import shlex
@@ -30,7 +33,9 @@ from agentrl.eval.model_agent import SETTING_SOURCES, ModelEvalConfig
 from agentrl.eval.records import EvalResult, Job, episode_record, failed_episode, subset_label
 from agentrl.eval.report import aggregate, error_lines, table_lines, write_report
 from agentrl.eval.suites import Part, Suite, parse_suite
-from agentrl.trajectory import Episode, Segment, Turn, write_jsonl
+from agentrl.rollout.agent import AgentConfig, EpisodeRun, TextPolicy
+from agentrl.rollout.context import Text
+from agentrl.trajectory import Episode, write_jsonl
 
 
 def make_part_env(part: Part, split: str) -> Any:
@@ -87,44 +92,28 @@ def select_tasks(suite: Suite, limit: int | None, seed: int) -> list[tuple[Part,
 
 # --------------------------------------------------------------------------- scripted agents
 def play_scripted(env: Any, agent: ScriptedAgent, job: Job, split: str) -> Episode:
-    """One episode of a scripted agent; the trajectory keeps texts (there are no tokens)."""
-    obs, info = env.reset(seed=job.seed, options={"task_id": job.task.id, "split": split})
-    agent.reset(env.unwrapped.task)
-    turns: list[Turn] = []
-    reward, terminated, truncated = 0.0, False, False
-    while not (terminated or truncated):
-        start = time.perf_counter()
-        action = agent.act(obs)
-        act_s = time.perf_counter() - start
-        measured = dict(getattr(agent, "last_turn", None) or {})  # chat agents: latency, token usage
-        obs, reward, terminated, truncated, info = env.step(action)
-        turns.append(
-            Turn(
-                index=len(turns),
-                output_ids=[],
-                output_logprobs=[],
-                action_text=action,
-                observation=obs,
-                reward=float(reward),
-                tool_calls=info.get("tool_calls", []),
-                void=bool(info.get("void_turn", False)),
-                timings={"act_s": act_s, "env_s": time.perf_counter() - start - act_s, **measured},
-            )
-        )
-    return Episode(
-        episode_id=f"{job.task.id}#{job.sample}",
+    """One episode of a text agent through the one episode loop (:class:`EpisodeRun`, context
+    strategy :class:`~agentrl.rollout.context.Text`): the trajectory keeps texts (there are no tokens)."""
+    run = EpisodeRun(
+        env,
+        TextPolicy(agent),
+        None,
+        AgentConfig(),
         env_id=job.part.env_id,
-        task_id=job.task.id,
-        segments=[Segment(prompt_ids=[], turns=turns)],
+        call_env=_call_env,
+        episode_id=f"{job.task.id}#{job.sample}",
         group_id=job.task.id,
         seed=job.seed,
-        outcome=float(reward),
-        terminated=terminated,
-        truncated=truncated,
-        answer=info.get("answer"),
-        ground_truth=info.get("ground_truth"),
-        metrics=dict(info.get("metrics", {})),
+        options={"task_id": job.task.id, "split": split},
+        context=Text,
     )
+    return asyncio.run(run.run())
+
+
+async def _call_env(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Env calls inline in this worker thread; a remote env's (``--ray``) are awaited."""
+    result = fn(*args, **kwargs)
+    return await result if inspect.isawaitable(result) else result
 
 
 def run_scripted(
@@ -135,8 +124,6 @@ def run_scripted(
     remote: dict[str, Any] | None = None,
 ) -> list[tuple[Episode, float]]:
     """Run ``jobs`` on ``concurrency`` threads, each with its own env per part (in Ray actors with ``remote``)."""
-    from agentrl.rollout.remote_env import BlockingEnv
-
     local = threading.local()
 
     def run(job: Job) -> tuple[Episode, float]:
@@ -145,9 +132,7 @@ def run_scripted(
         try:
             if job.part.env_id not in envs:
                 envs[job.part.env_id] = (
-                    make_part_env(job.part, suite.split)
-                    if remote is None
-                    else BlockingEnv(remote[job.part.env_id]())
+                    make_part_env(job.part, suite.split) if remote is None else remote[job.part.env_id]()
                 )
             env = envs[job.part.env_id]
             episode = play_scripted(env, make_agent(env, job), job, suite.split)

@@ -37,6 +37,25 @@ class SamplingPolicy(Protocol):
     ) -> GenerationOutput: ...
 
 
+class TextPolicy:
+    """A text agent (``reset(task)``, ``act(observation) -> str``: scripted oracles, random and chat
+    agents of evaluation) as a sampling policy; its reply comes back as text (no token ids), with
+    what it measured (``agent.last_turn``: latency, token usage) as timings."""
+
+    def __init__(self, agent: Any):
+        self.agent = agent
+
+    async def start(self, task: Any) -> None:
+        self.agent.reset(task)
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, observation: str
+    ) -> GenerationOutput:
+        text = self.agent.act(observation)
+        measured = dict(getattr(self.agent, "last_turn", None) or {})
+        return GenerationOutput(ids=[], logprobs=[], text=text, timings=measured, finish_reason=None)
+
+
 class ModelPolicy:
     """A policy backed by a generator (usually through a :class:`~agentrl.rollout.batcher.Batcher`)."""
 
@@ -210,7 +229,7 @@ class EpisodeRun:
         self.progress = Progress(env_id=env_id, episode_id=self.episode_id)
         self.segments: list[Segment] = []
         self.task_id = ""
-        self.stop_ids = {tokenizer.eos_token_id}
+        self.stop_ids = {tokenizer.eos_token_id} if tokenizer is not None else set()
         self.result: dict[str, Any] = {}
         self.index = 0  # the next turn's number (generation order, folding turns included)
         self.max_turns = config.max_turns or DEFAULT_MAX_TURNS  # set from the env's budget at reset
@@ -239,8 +258,11 @@ class EpisodeRun:
     async def generate_turn(self, prompt: list[int], observation: str, kind: str = "action") -> Turn:
         """Generate the next turn (numbered in generation order) from ``prompt``."""
         out = await self._generate(prompt, observation)
-        text_ids = out.ids[:-1] if out.ids and out.ids[-1] in self.stop_ids else out.ids
-        action = self.tokenizer.decode(text_ids, skip_special_tokens=False)
+        if out.text is not None:  # a text agent (scripted, chat): no ids to decode
+            action = out.text
+        else:
+            text_ids = out.ids[:-1] if out.ids and out.ids[-1] in self.stop_ids else out.ids
+            action = self.tokenizer.decode(text_ids, skip_special_tokens=False)
         index, self.index = self.index, self.index + 1
         self.progress.turn = index
         self.progress.last_action = action
@@ -252,7 +274,7 @@ class EpisodeRun:
             kind=kind,
             action_text=action,
             finish_reason=out.finish_reason,
-            timings={"generate_s": out.timings.get("wall_s", 0.0)},
+            timings=self.context.turn_timings(out),
         )
 
     async def _env(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

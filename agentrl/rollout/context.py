@@ -100,6 +100,10 @@ class Context:
     async def finish(self, episode: Episode) -> None:
         """After the episode ended (Branch scores its process rewards here)."""
 
+    def turn_timings(self, out: Any) -> dict[str, float]:
+        """A generated turn's timings (the policy call's wall time)."""
+        return {"generate_s": out.timings.get("wall_s", 0.0)}
+
     def set_obs(self, turn: Turn, messages: list[dict[str, Any]], sources: list[int]) -> None:
         assert self.fmt is not None
         bridge = self.fmt.bridge(messages, ended_with_eos=self.run.ended(turn), sources=sources)
@@ -245,6 +249,26 @@ class Summary(Context):
         restart = self.fmt.prompt_ids(self.system, folding.summary_task(self.task_text, summary.action_text))
         self.main = self.current = self._thread(restart, "summary", self.summaries)
         return None
+
+
+class Text(Context):
+    """Text agents (scripted, chat): one segment of turns with their action text and observations;
+    no tokenizer, no token ids (the policy replies with text)."""
+
+    def start(self, tools: list[dict[str, Any]], system: str, task_text: str) -> None:
+        self.main = self.current = self._thread([], "main", 0)
+
+    async def after_step(self, turn: Turn, obs: str) -> str | None:
+        assert self.current is not None
+        self.current.add(turn)
+        return None
+
+    def turn_timings(self, out: Any) -> dict[str, float]:
+        """What the agent measured (chat: latency, token usage) and its act time."""
+        return {
+            "act_s": out.timings.get("wall_s", 0.0),
+            **{k: v for k, v in out.timings.items() if k != "wall_s"},
+        }
 
 
 def choose_context(config: Any, tokenizer: Any) -> type[Context]:

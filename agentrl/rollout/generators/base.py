@@ -65,10 +65,12 @@ class GenerationOutput:
     ids: list[int]
     logprobs: list[float]
     entropy: list[float] | None = None
-    finish_reason: str = "stop"  # "stop" (an EOS/stop id, included in ids) | "length"
+    finish_reason: str | None = "stop"  # "stop" (an EOS/stop id, included in ids) | "length"; None: text
     timings: dict[str, float] = field(default_factory=dict)
     #: per token, the ``SamplingParams.top_logprobs`` most likely ``(id, logprob)`` pairs
     top_logprobs: list[list[tuple[int, float]]] | None = None
+    #: the reply as text, from agents without token ids (scripted and chat agents; ``ids`` empty)
+    text: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.logprobs):
