@@ -101,27 +101,28 @@ class AgentConfig:
     scope_judge_model: str = ""
     scope_judge_timeout_s: float = 30.0
 
-    def validate(self) -> None:
-        """Raise ConfigError naming the field for bad values."""
-        process_rewards.check_settings(self)
+    def validate(self, prefix: str = "rollout") -> None:
+        """Raise ConfigError naming the field (``prefix.name``) for bad values: the one check of these
+        settings, whether they come from a run config's ``rollout`` section or are built in code."""
+        process_rewards.check_settings(self, prefix)
         choices = {"folding": ("none", "branch", "summary"), "template_mode": ("auto", "concat", "per_turn")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(
-                    f"rollout.{name}",
+                    f"{prefix}.{name}",
                     f"{getattr(self, name)!r} is not allowed",
                     f"use one of: {', '.join(allowed)}",
                 )
         for name in ("max_new_tokens", "max_context_tokens", "max_turns"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ConfigError(f"rollout.{name}", f"must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}")
         if self.max_new_tokens >= self.max_context_tokens:
             raise ConfigError(
-                "rollout.max_new_tokens",
+                f"{prefix}.max_new_tokens",
                 f"{self.max_new_tokens} leaves no room in max_context_tokens={self.max_context_tokens}",
                 "lower max_new_tokens or raise max_context_tokens",
             )
-        self.sampling()  # temperature / top_p ranges
+        self.sampling()  # temperature / top_p ranges: the sampler's own check
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(

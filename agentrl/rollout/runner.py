@@ -34,6 +34,12 @@ from agentrl.trajectory import Episode, save, write_jsonl
 
 log = logging.getLogger("agentrl.rollout")
 
+#: the fields of :class:`agentrl.config.RolloutConfig` that the agent and the runner read (a test
+#: holds them equal to the dataclasses' fields, so a new setting cannot be silently dropped)
+ROLLOUT_AGENT_FIELDS = tuple(f.name for f in fields(AgentConfig) if f.name not in ("max_turns", "seed"))
+ROLLOUT_RUNNER_FIELDS = ("concurrency", "group_size", "episode_timeout_s", "watchdog_s", "watchdog_action",
+                         "max_retries")  # fmt: skip
+
 
 @dataclass
 class RunnerConfig:
@@ -53,28 +59,25 @@ class RunnerConfig:
     timeout_setting: str = "rollout.episode_timeout_s"
     lockstep: bool = False  # timing-independent batches (see Batcher); train.deterministic sets it
 
+    def validate(self, prefix: str = "rollout") -> None:
+        """The one check of the rollout settings (a run config's ``rollout`` section delegates here)."""
+        if self.watchdog_action not in ("cancel", "retry"):
+            raise ConfigError(f"{prefix}.watchdog_action", f"{self.watchdog_action!r} is not allowed",
+                              "use one of: cancel, retry")  # fmt: skip
+        for name in ("concurrency", "group_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}")
+        self.agent.validate(prefix)
+
     @classmethod
     def from_rollout(cls, rollout: Any, **overrides: Any) -> RunnerConfig:
         """Build from a :class:`agentrl.config.RolloutConfig` (fields it lacks keep their defaults).
 
         The agent's turn cap is not set here: the episode loop derives it from the env's own turn
         budget and the context strategy (:meth:`agentrl.rollout.context.Context.turn_cap`)."""
-        agent_fields = {f.name for f in fields(AgentConfig)}
-        agent_kwargs = {k: getattr(rollout, k) for k in agent_fields if hasattr(rollout, k)}
-        runner_kwargs = {
-            k: getattr(rollout, k)
-            for k in (
-                "concurrency",
-                "group_size",
-                "episode_timeout_s",
-                "watchdog_s",
-                "watchdog_action",
-                "max_retries",
-            )
-            if hasattr(rollout, k)
-        }
-        runner_kwargs.update(overrides)
-        return cls(agent=AgentConfig(**agent_kwargs), **runner_kwargs)
+        agent = AgentConfig(**{k: getattr(rollout, k) for k in ROLLOUT_AGENT_FIELDS})
+        runner = {k: getattr(rollout, k) for k in ROLLOUT_RUNNER_FIELDS}
+        return cls(agent=agent, **{**runner, **overrides})
 
 
 @dataclass
@@ -153,11 +156,7 @@ class Runner:
         self.generator = generator
         self.policy_factory = policy_factory
         self.config = config or RunnerConfig()
-        if self.config.watchdog_action not in ("cancel", "retry"):
-            raise ConfigError(
-                "rollout.watchdog_action", f"{self.config.watchdog_action!r}", "use cancel or retry"
-            )
-        self.config.agent.validate()
+        self.config.validate()
         self.context = choose_context(self.config.agent, tokenizer)  # once, before any episode
         self._batcher: Batcher | None = None
         self.judge = judge or (

@@ -125,3 +125,27 @@ def test_progress_display_and_parquet_output(tokenizer, tmp_path, capsys):
     assert [e.episode_id for e in load(out)] == [e.episode_id for e in episodes]
     assert not (tmp_path / "eps.parquet.partial.jsonl").exists()
     assert "rollout" in capsys.readouterr().out
+
+
+def test_every_rollout_setting_reaches_the_runner_agent_or_trainer():
+    """One rollout configuration: each RolloutConfig field is read by the agent, the runner, or the
+    trainer's generator/task sampling, and is checked once (by RunnerConfig.validate)."""
+    import dataclasses
+
+    from agentrl.errors import ConfigError
+    from agentrl.rollout.runner import ROLLOUT_AGENT_FIELDS, ROLLOUT_RUNNER_FIELDS
+
+    trainer_only = {"backend", "base_url", "tasks_per_step"}
+    rollout_fields = {f.name for f in dataclasses.fields(RolloutConfig)}
+    assert rollout_fields == set(ROLLOUT_AGENT_FIELDS) | set(ROLLOUT_RUNNER_FIELDS) | trainer_only
+    for bad, field in (
+        ({"folding": "fold"}, "rollout.folding"),
+        ({"watchdog_action": "wait"}, "rollout.watchdog_action"),
+        ({"temperature": 9.0}, "rollout.temperature"),
+        ({"max_new_tokens": 4096}, "rollout.max_new_tokens"),
+        ({"concurrency": 0}, "rollout.concurrency"),
+    ):
+        with pytest.raises(ConfigError, match=field):
+            RolloutConfig(**bad).validate("rollout")
+        with pytest.raises(ConfigError, match=field):
+            RunnerConfig.from_rollout(RolloutConfig(**bad)).validate()
