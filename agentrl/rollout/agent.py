@@ -1,11 +1,15 @@
-"""The agent: one episode as token ids in and token ids out.
+"""The agent: the one episode loop (:class:`EpisodeRun`) every caller runs, token ids in and out.
 
-It renders the env's system prompt, tools and task with the model's chat template once, then
-appends the ids the policy generated (exactly as sampled) and, after each env step, the bridge
-ids (template scaffolding + observation) - nothing is re-tokenized. If the template fails the
-conformance check (:mod:`agentrl.rollout.template`), each turn is instead prompted with a full
-re-render of the conversation and recorded as its own training row (Segment kind ``"turn"``).
-Context folding (branch/return, summaries) adds segments; see :mod:`agentrl.rollout.folding`.
+Training rollouts, oracle demonstrations, ``agentrl play --folding``, evaluation's model agents
+(through the runner) and its scripted and chat agents (:class:`TextPolicy`) all play here. The loop
+resets the env, asks the sampling policy for a turn, steps the env, and ends on the env's
+terminated/truncated or on one of its own two budgets (turn cap, context tokens; :meth:`_truncate`
+is the one place the agent truncates). How turns become contexts and training rows - one
+concatenated row, a row per turn, branch/return folding, summaries, or text only - is the context
+strategy (:mod:`agentrl.rollout.context`) chosen once; the loop has no mode checks. The turn cap
+comes from the env's own turn budget (its TurnBudget wrapper) and the strategy's
+``turns_per_env_turn`` unless ``max_turns`` is set. Sampled ids are appended exactly as sampled;
+nothing is re-tokenized.
 """
 
 from __future__ import annotations
