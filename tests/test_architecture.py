@@ -32,13 +32,9 @@ def test_envs_and_tools_do_not_import_torch_or_the_trainer(path):
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
-@pytest.mark.parametrize(
-    "path", _py_files("agentrl", "envs", "tools", "benchmarks"), ids=lambda p: str(p.relative_to(ROOT))
-)
+@pytest.mark.parametrize("path", _py_files("agentrl", "envs", "tools", "benchmarks"), ids=lambda p: str(p.relative_to(ROOT)))
 def test_docker_sdk_only_in_sandboxes(path):
-    assert not {m for m in _imports(path) if m.split(".")[0] == "docker"}, (
-        f"{path.relative_to(ROOT)} imports docker"
-    )
+    assert not {m for m in _imports(path) if m.split(".")[0] == "docker"}, f"{path.relative_to(ROOT)} imports docker"
 
 
 def test_importing_agentrl_and_all_envs_stays_light():
