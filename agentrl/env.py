@@ -352,17 +352,26 @@ class ObservationBudget(gym.Wrapper):
 def play_policy(
     env: gym.Env, policy: Any, *, task: Task | None = None, seed: int | None = None
 ) -> tuple[float, dict[str, Any]]:
-    """Play one episode with a scripted policy (``policy.reset(task)``, ``policy.act(obs, info) -> text``).
+    """Play one episode with a scripted policy (``policy.reset(task)``, ``policy.act(obs) -> text``)
+    through the one episode loop (:func:`agentrl.rollout.agent.play_text`).
 
     Returns:
         The final reward and the last step's info.
     """
-    obs, info = env.reset(seed=seed, options={"task": task} if task is not None else None)
-    policy.reset(env.unwrapped.task)
-    while True:
-        obs, reward, terminated, truncated, info = env.step(policy.act(obs, info))
-        if terminated or truncated:
-            return float(reward), info
+    from agentrl.rollout.agent import play_text
+
+    last: dict[str, Any] = {}
+
+    class LastStep:
+        def reset(self, obs: str, info: dict[str, Any]) -> None:
+            last["info"] = info
+
+        def step(self, action: str, step: tuple[Any, ...]) -> None:
+            last["info"] = step[4]
+
+    episode = play_text(env, policy, seed=seed, options={"task": task} if task is not None else None,
+                        observer=LastStep())  # fmt: skip
+    return float(episode.outcome), last["info"]
 
 
 def solved(metrics: dict[str, float], outcome: float, metric: str) -> float:

@@ -9,9 +9,7 @@ Whatever the agent, a crashed episode is recorded with its error and the run goe
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import inspect
 import random
 import re
 import shlex
@@ -33,8 +31,7 @@ from agentrl.eval.model_agent import SETTING_SOURCES, ModelEvalConfig
 from agentrl.eval.records import EvalResult, Job, episode_record, failed_episode, subset_label
 from agentrl.eval.report import aggregate, error_lines, table_lines, write_report
 from agentrl.eval.suites import Part, Suite, parse_suite
-from agentrl.rollout.agent import AgentConfig, EpisodeRun, TextPolicy
-from agentrl.rollout.context import Text
+from agentrl.rollout.agent import play_text
 from agentrl.trajectory import Episode, write_jsonl
 
 
@@ -92,28 +89,12 @@ def select_tasks(suite: Suite, limit: int | None, seed: int) -> list[tuple[Part,
 
 # --------------------------------------------------------------------------- scripted agents
 def play_scripted(env: Any, agent: ScriptedAgent, job: Job, split: str) -> Episode:
-    """One episode of a text agent through the one episode loop (:class:`EpisodeRun`, context
-    strategy :class:`~agentrl.rollout.context.Text`): the trajectory keeps texts (there are no tokens)."""
-    run = EpisodeRun(
-        env,
-        TextPolicy(agent),
-        None,
-        AgentConfig(),
-        env_id=job.part.env_id,
-        call_env=_call_env,
-        episode_id=f"{job.task.id}#{job.sample}",
-        group_id=job.task.id,
-        seed=job.seed,
-        options={"task_id": job.task.id, "split": split},
-        context=Text,
-    )
-    return asyncio.run(run.run())
-
-
-async def _call_env(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Env calls inline in this worker thread; a remote env's (``--ray``) are awaited."""
-    result = fn(*args, **kwargs)
-    return await result if inspect.isawaitable(result) else result
+    """One episode of a text agent through the one episode loop (context strategy
+    :class:`~agentrl.rollout.context.Text`): the trajectory keeps texts (there are no tokens)."""
+    return play_text(
+        env, agent, env_id=job.part.env_id, seed=job.seed, options={"task_id": job.task.id, "split": split},
+        episode_id=f"{job.task.id}#{job.sample}", group_id=job.task.id,
+    )  # fmt: skip
 
 
 def run_scripted(

@@ -15,6 +15,7 @@ nothing is re-tokenized.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -164,6 +165,28 @@ class Progress:
         )
 
 
+class EndEpisode(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a text agent that has no next action (a replayed script ran out, end of input):
+    the episode stops where it is, unfinished."""
+
+
+def play_text(env: Any, agent: Any, *, env_id: str = "", seed: int | None = None,
+              options: dict[str, Any] | None = None, observer: Any = None, **run: Any) -> Episode:  # fmt: skip
+    """One episode of a text agent (``reset(task)``, ``act(observation) -> str``) on ``env``, through
+    the loop, synchronously (env calls inline; a remote env's are awaited). ``run``: more
+    :class:`EpisodeRun` arguments (episode_id, group_id ...). :class:`EndEpisode` propagates."""
+    from agentrl.rollout.context import Text
+
+    episode_run = EpisodeRun(env, TextPolicy(agent), None, AgentConfig(), env_id=env_id, call_env=_call_awaiting,
+                             seed=seed, options=options, context=Text, observer=observer, **run)  # fmt: skip
+    return asyncio.run(episode_run.run())
+
+
+async def _call_awaiting(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    result = fn(*args, **kwargs)
+    return await result if inspect.isawaitable(result) else result
+
+
 def turn_budget(env: Any) -> int | None:
     """The env's own turn budget: the ``max_turns`` of its :class:`~agentrl.env.TurnBudget` wrapper
     (or of a remote env that declares one); None when it has none."""
@@ -209,10 +232,13 @@ class EpisodeRun:
         judge: process_rewards.ScopeJudge | None = None,
         sampling_seed: int | None = None,
         context: type[Context] | None = None,
+        observer: Any = None,
     ):
         """``seed`` is the env's reset seed; ``sampling_seed`` (when given) seeds this episode's own
         sampling stream: generate call ``n`` samples with seed ``derive_seed(sampling_seed, n)``.
-        ``context``: the strategy class the runner chose once (default: :func:`choose_context`)."""
+        ``context``: the strategy class the runner chose once (default: :func:`choose_context`).
+        ``observer``: sees the raw env results as they come (``reset(obs, info)``, ``step(action,
+        (obs, reward, terminated, truncated, info))``): ``agentrl play``'s transcript."""
         config.validate()
         context = context or choose_context(config, tokenizer)
         if judge is None and context.needs_judge:
@@ -241,6 +267,7 @@ class EpisodeRun:
         self.observation = ""  # what the policy is answering (task, tool result, branch instruction)
         self._t0 = time.perf_counter()
         self.context = context(self)
+        self.observer = observer
 
     # ------------------------------------------------------------------ helpers
     async def _generate(self, prompt: list[int], observation: str) -> GenerationOutput:
@@ -325,6 +352,8 @@ class EpisodeRun:
 
     async def _play(self) -> Episode:
         obs, info = await self._env(self.env.reset, seed=self.seed, options=self.options)
+        if self.observer is not None:
+            self.observer.reset(obs, info)
         inner = self.env.unwrapped
         self.progress.sandbox_id = _sandbox_id(self.env)
         task = inner.task
@@ -354,6 +383,8 @@ class EpisodeRun:
             t0 = time.perf_counter()
             step = await self._env(self.env.step, turn.action_text)
             self._fill_step(turn, step, time.perf_counter() - t0)
+            if self.observer is not None:
+                self.observer.step(turn.action_text, step)
             obs, reward, terminated, truncated, info = step
             self.observation = obs
             if terminated or truncated:
