@@ -78,59 +78,68 @@ def play(
     if folding != "none":
         _play_folded(env_id, script, task_id, split, seed, folding, rollout_set, model, as_json)
         return
+    from agentrl.rollout.agent import EndEpisode, play_text
+
     env = agentrl.make(env_id)
     options: dict[str, Any] = {}
     if task_id is not None:
         options["task_id"] = task_id
     if split is not None:
         options["split"] = split
-    obs, info = env.reset(seed=seed, options=options)
-    transcript: list[dict[str, Any]] = [{"observation": obs, "info": _jsonable(info)}]
-    actions = None
-    if script is not None:
-        actions = _read_actions(script)
-    if not as_json:
-        unwrapped = env.unwrapped
-        typer.echo(f"[system] {unwrapped.system_prompt}")
-        if unwrapped.tools:
-            typer.echo("[tools] " + ", ".join(t["function"]["name"] for t in unwrapped.tools))
-        typer.echo(f"[task] {obs}")
-    step = 0
-    while True:
-        if actions is not None:
-            if step >= len(actions):
-                break
-            action = actions[step]
-            if not as_json:
-                typer.echo(f"[action] {action}")
-        else:
-            try:
-                action = input("> ")
-            except EOFError:
-                break
-        step += 1
-        obs, reward, terminated, truncated, info = env.step(action)
-        transcript.append(
-            {
-                "action": action,
-                "observation": obs,
-                "reward": reward,
-                "terminated": terminated,
-                "truncated": truncated,
-                "info": _jsonable(info),
-            }
-        )
-        if not as_json:
-            typer.echo(f"[observation] {obs}" if obs else "")
-            typer.echo(f"[reward={reward} terminated={terminated} truncated={truncated}]")
-        if terminated or truncated:
-            if not as_json:
-                typer.echo(f"[answer] {info.get('answer')!r}  [gold] {info.get('ground_truth')!r}")
-                typer.echo(f"[metrics] {json.dumps(info.get('metrics', {}))}")
-            break
+    console = _Console(env, _read_actions(script) if script is not None else None, as_json)
+    try:
+        play_text(env, console, env_id=env_id, seed=seed, options=options, observer=console)
+    except EndEpisode:
+        pass  # the script ran out, or end of input
     env.close()
     if as_json:
-        typer.echo(json.dumps(transcript, indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(console.transcript, indent=2, ensure_ascii=False))
+
+
+class _Console:
+    """``agentrl play``: the agent (typed or replayed actions) and the transcript (printed, or JSON)."""
+
+    def __init__(self, env: Any, actions: list[str] | None, as_json: bool):
+        self.env, self.actions, self.as_json = env, actions, as_json
+        self.transcript: list[dict[str, Any]] = []
+
+    def reset(self, obs: Any, info: dict[str, Any] | None = None) -> None:
+        if info is None:  # the agent's reset(task); the observer's reset comes first
+            return
+        self.transcript.append({"observation": obs, "info": _jsonable(info)})
+        if not self.as_json:
+            unwrapped = self.env.unwrapped
+            typer.echo(f"[system] {unwrapped.system_prompt}")
+            if unwrapped.tools:
+                typer.echo("[tools] " + ", ".join(t["function"]["name"] for t in unwrapped.tools))
+            typer.echo(f"[task] {obs}")
+
+    def act(self, observation: str) -> str:
+        from agentrl.rollout.agent import EndEpisode
+
+        if self.actions is None:
+            try:
+                return input("> ")
+            except EOFError:
+                raise EndEpisode from None
+        step = len(self.transcript) - 1
+        if step >= len(self.actions):
+            raise EndEpisode
+        if not self.as_json:
+            typer.echo(f"[action] {self.actions[step]}")
+        return self.actions[step]
+
+    def step(self, action: str, result: tuple[Any, ...]) -> None:
+        obs, reward, terminated, truncated, info = result
+        self.transcript.append({"action": action, "observation": obs, "reward": reward, "terminated": terminated,
+                                "truncated": truncated, "info": _jsonable(info)})  # fmt: skip
+        if self.as_json:
+            return
+        typer.echo(f"[observation] {obs}" if obs else "")
+        typer.echo(f"[reward={reward} terminated={terminated} truncated={truncated}]")
+        if terminated or truncated:
+            typer.echo(f"[answer] {info.get('answer')!r}  [gold] {info.get('ground_truth')!r}")
+            typer.echo(f"[metrics] {json.dumps(info.get('metrics', {}))}")
 
 
 def _read_actions(script: Path) -> list[str]:
@@ -146,7 +155,7 @@ def _play_folded(env_id: str, script: Path | None, task_id: str | None, split: s
     from agentrl.config import RunConfig, load_config
     from agentrl.errors import ConfigError
     from agentrl.rollout.model import load_tokenizer
-    from agentrl.rollout.oracle_agent import replay_through_agent, turn_records
+    from agentrl.rollout.replay import replay_through_agent, turn_records
 
     if script is None or task_id is None:
         raise typer.BadParameter("--folding replays a --script on one --task-id; give both")

@@ -156,24 +156,20 @@ class RolloutConfig:
     """Timeout of one scope-judge call (an LLM judge that fails or times out fails its episode)."""
 
     def validate(self, prefix: str) -> None:
-        from agentrl.rollout.process_rewards import check_settings
+        """The backend here; every setting the runner, agent and sampler read is checked once, by
+        the runner's own config (:meth:`agentrl.rollout.runner.RunnerConfig.validate`)."""
+        from agentrl.rollout.runner import RunnerConfig
 
         _choice(f"{prefix}.backend", self.backend, ("hf", "vllm", "openai"))
-        _choice(f"{prefix}.folding", self.folding, ("none", "branch", "summary"))
-        _choice(f"{prefix}.template_mode", self.template_mode, ("auto", "concat", "per_turn"))
-        _choice(f"{prefix}.watchdog_action", self.watchdog_action, ("cancel", "retry"))
         if self.backend == "openai" and not self.base_url:
             raise ConfigError(
                 f"{prefix}.base_url",
                 "is required with backend=openai",
                 "set rollout.base_url=http://HOST:PORT/v1",
             )
-        for name in ("group_size", "tasks_per_step", "concurrency", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.temperature <= 5.0:
-            raise ConfigError(f"{prefix}.temperature", f"must be in [0, 5], got {self.temperature}")
-        check_settings(self, prefix)
+        if self.tasks_per_step < 1:
+            raise ConfigError(f"{prefix}.tasks_per_step", f"must be >= 1, got {self.tasks_per_step}")
+        RunnerConfig.from_rollout(self).validate(prefix)
 
 
 @dataclass(frozen=True)

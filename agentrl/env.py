@@ -15,7 +15,6 @@ A new environment is one subclass of :class:`TextEnv` that implements ``load_tas
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ from gymnasium import spaces
 
 from agentrl.actions import ParsedAction, parse_action
 from agentrl.errors import EnvError
+from agentrl.registry import load_entry_point
 from agentrl.tools.base import Tool, ToolOutcome
 
 MAX_TEXT = 1 << 20
@@ -88,6 +88,9 @@ class TextEnv(gym.Env[str, str]):
     react_actions: bool = True
     #: At most this many tool calls run per turn; more are refused with an observation.
     max_calls_per_turn: int = 4
+    #: The final-info metric that says the task was solved (a value >= 1 counts; see :func:`solved`).
+    #: Training (``eval/success``) and evaluation (the ``success`` column) both read it.
+    success_metric: str = "reward"
 
     def __init__(self, *, split: str = "train", render_mode: str | None = None):
         if split not in self.splits:
@@ -349,31 +352,41 @@ class ObservationBudget(gym.Wrapper):
 def play_policy(
     env: gym.Env, policy: Any, *, task: Task | None = None, seed: int | None = None
 ) -> tuple[float, dict[str, Any]]:
-    """Play one episode with a scripted policy (``policy.reset(task)``, ``policy.act(obs, info) -> text``).
+    """Play one episode with a scripted policy (``policy.reset(task)``, ``policy.act(obs) -> text``)
+    through the one episode loop (:func:`agentrl.rollout.agent.play_text`).
 
     Returns:
         The final reward and the last step's info.
     """
-    obs, info = env.reset(seed=seed, options={"task": task} if task is not None else None)
-    policy.reset(env.unwrapped.task)
-    while True:
-        obs, reward, terminated, truncated, info = env.step(policy.act(obs, info))
-        if terminated or truncated:
-            return float(reward), info
+    from agentrl.rollout.agent import play_text
+
+    last: dict[str, Any] = {}
+
+    class LastStep:
+        def reset(self, obs: str, info: dict[str, Any]) -> None:
+            last["info"] = info
+
+        def step(self, action: str, step: tuple[Any, ...]) -> None:
+            last["info"] = step[4]
+
+    episode = play_text(env, policy, seed=seed, options={"task": task} if task is not None else None,
+                        observer=LastStep())  # fmt: skip
+    return float(episode.outcome), last["info"]
+
+
+def solved(metrics: dict[str, float], outcome: float, metric: str) -> float:
+    """1.0 when the episode solved its task: its ``metric`` (the env's :attr:`TextEnv.success_metric`;
+    the outcome reward when the episode has no such metric) is >= 1, else 0.0."""
+    return 1.0 if float(metrics.get(metric, outcome)) >= 1.0 else 0.0
 
 
 # --------------------------------------------------------------------------- registry
 ENV_DESCRIPTIONS: dict[str, str] = {}
 
 
-def _load(entry_point: str) -> type:
-    module, _, attr = entry_point.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def build_env(*, entry_point: str, max_turns: int = 10, max_obs_chars: int = 8192, **kwargs: Any) -> gym.Env:
     """Construct an env and apply the one wrapper stack (budgets); gymnasium adds order checks."""
-    env = _load(entry_point)(**kwargs)
+    env = load_entry_point(entry_point)(**kwargs)
     env = ObservationBudget(env, max_obs_chars)
     return TurnBudget(env, max_turns)
 
@@ -415,6 +428,23 @@ def make(id: str, **kwargs: Any) -> gym.Env:
         known = ", ".join(sorted(ENV_DESCRIPTIONS))
         raise EnvError(f"unknown env id {id!r}; registered: {known}")
     return gym.make(id, **kwargs)
+
+
+def registered_turn_budget(id: str, kwargs: dict[str, Any] | None = None) -> int | None:
+    """The turn budget ``make(id, **kwargs)`` gives (``max_turns`` in kwargs, else the registration's)."""
+    if kwargs and "max_turns" in kwargs:
+        return int(kwargs["max_turns"])
+    return int(gym.spec(id).kwargs["max_turns"]) if id in ENV_DESCRIPTIONS else None
+
+
+def success_metric(id: str) -> str:
+    """The :attr:`TextEnv.success_metric` a registered id declares (read from its class; no env is built)."""
+    make_kwargs = gym.spec(id).kwargs if id in ENV_DESCRIPTIONS else {}
+    if "entry_point" not in make_kwargs:
+        return TextEnv.success_metric
+    return str(
+        getattr(load_entry_point(make_kwargs["entry_point"]), "success_metric", TextEnv.success_metric)
+    )
 
 
 def registered_ids() -> list[str]:

@@ -15,6 +15,25 @@ from typing import Any
 from agentrl.errors import ConfigError
 
 
+def load_entry_point(target: str, *, field: str = "entry_point") -> Any:
+    """The object a ``"module:attr"`` string names (``"pkg.mod:Class"``); the one loader of such strings.
+
+    Raises:
+        ConfigError: naming ``field``, when the string is malformed or the module/attribute is missing.
+    """
+    module, colon, attr = str(target).partition(":")
+    if not module or not colon or not attr:
+        raise ConfigError(
+            field, f"{target!r} is not a 'module:attr' path", "write it like package.module:Name"
+        )
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            field, f"cannot load {target!r}: {exc}", "check the module path and the name"
+        ) from exc
+
+
 class Registry:
     """A mapping from names to objects or lazy ``"module:attr"`` import paths."""
 
@@ -42,8 +61,7 @@ class Registry:
             raise ConfigError(field or self.kind, f"unknown {self.kind} '{name}'", f"use one of: {choices}")
         entry = self._entries[name]
         if isinstance(entry, str):
-            module, _, attr = entry.partition(":")
-            entry = getattr(importlib.import_module(module), attr)
+            entry = load_entry_point(entry, field=field or self.kind)
             self._entries[name] = entry
         return entry
 
@@ -68,4 +86,3 @@ EVAL_SUITES = Registry("eval suite")
 def lazy(registry: Registry, name: str, target: str) -> None:
     """Register ``name`` lazily as ``"module:attr"`` (does not import anything)."""
     registry.register(name, target, override=True)
-

@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from agentrl.errors import SandboxError
 
@@ -60,23 +61,20 @@ def apt_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
-def build_image(force: bool = False, *, client=None, log=print) -> str:
+def build_image(client: Any, force: bool = False, *, log: Any = print) -> str:
     """Build the sandbox image unless an image with the recipe's tag exists; return the tag.
 
     Needs root, ``debootstrap`` and a Docker engine (``DOCKER_HOST`` is honoured). Takes a few
     minutes the first time (the debootstrap), well under a second when the image is cached.
 
     Args:
+        client: a ``docker.DockerClient`` (``agentrl.sandboxes.docker_backend.docker_client()``).
         force: rebuild even if the tagged image exists.
-        client: a ``docker.DockerClient``; ``docker.from_env()`` when omitted.
         log: where progress lines go.
 
     Raises:
         SandboxError: no engine, not root, debootstrap missing or failing.
     """
-    from agentrl.sandboxes.docker_backend import docker_client
-
-    client = client or docker_client()
     tag = f"{IMAGE_REPO}:{recipe_hash()}"
     if not force and _image_exists(client, tag):
         log(f"image {tag} is up to date (recipe hash unchanged)")

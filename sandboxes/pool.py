@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.errors import SandboxError
+from agentrl.sandboxes.backends import make_sandbox, resolve_backend
 from agentrl.sandboxes.base import AgentSandbox
 
 log = logging.getLogger("agentrl.sandboxes")
@@ -88,8 +89,6 @@ class SandboxPool:
         spares: int | None = None,
         **limits: Any,
     ):
-        from agentrl.sandboxes import make_sandbox, resolve_backend
-
         if size < 1:
             raise SandboxError(f"pool size must be at least 1, got {size}")
         if reset not in RESET_MODES:

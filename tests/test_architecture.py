@@ -47,3 +47,105 @@ def test_test_module_basenames_are_unique():
     # pytest's default import mode keys modules by basename outside packages: two test_env.py collide
     names = [p.name for p in (ROOT / "tests").rglob("test_*.py") if not (p.parent / "__init__.py").exists()]
     assert sorted(names) == sorted(set(names)), sorted({n for n in names if names.count(n) > 1})
+
+
+# --------------------------------------------------------------------------- no import circles
+PACKAGE_DIRS = {
+    "agentrl": "agentrl",
+    "envs": "agentrl.envs",
+    "tools": "agentrl.tools",
+    "sandboxes": "agentrl.sandboxes",
+}
+
+
+def _module_files() -> dict[str, Path]:
+    """Every module of the package by its import name (the three top-level folders are subpackages)."""
+    modules = {}
+    for folder, prefix in PACKAGE_DIRS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = [prefix, *path.relative_to(ROOT / folder).with_suffix("").parts]
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports anywhere (top level, in functions, under TYPE_CHECKING)."""
+    modules = _module_files()
+
+    def owner(name: str) -> str | None:  # a.b.c.func -> the module a.b.c
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets: set[str | None] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets |= {owner(alias.name) for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                targets |= {owner(f"{base}.{alias.name}") for alias in node.names}
+        graph[module] = {t for t in targets if t and t != module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_circle_anywhere_in_the_package():
+    graph = _import_graph()
+    cycles = _cycles(graph)
+    detail = [
+        " ; ".join(f"{a} -> {b}" for a in cycle for b in sorted(graph[a] & set(cycle))) for cycle in cycles
+    ]
+    assert not cycles, "import circles (lazy and TYPE_CHECKING imports count):\n" + "\n".join(detail)
+
+
+def test_the_circle_finder_finds_circles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": set()}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert "agentrl.eval.records" in _import_graph()["agentrl.eval.runner"]  # relative and lazy imports seen

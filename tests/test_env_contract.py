@@ -140,3 +140,24 @@ def test_same_seed_same_episode(env_id):
         runs.append(_play(env, 11, _scripted_actions(env)))
         env.close()
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("env_id", ALL_IDS)
+def test_each_env_declares_the_success_metric_its_final_info_reports(env_id):
+    """Training's ``eval/success`` and ``agentrl eval``'s success both read this one metric."""
+    env = _make(env_id)
+    try:
+        metric = agentrl.env.success_metric(env_id)
+        assert metric == env.unwrapped.success_metric
+        env.reset(seed=5)
+        _, _, _, _, info = env.step("<answer>42</answer>")
+        assert metric in info["metrics"], (metric, sorted(info["metrics"]))
+        assert agentrl.env.solved(info["metrics"], 0.0, metric) in (0.0, 1.0)
+    finally:
+        env.close()
+
+
+def test_solved_reads_the_named_metric_and_falls_back_to_the_outcome():
+    assert agentrl.env.solved({"em": 1.0, "f1": 0.5}, 0.5, "em") == 1.0
+    assert agentrl.env.solved({"em": 0.0, "f1": 1.0}, 1.0, "em") == 0.0
+    assert agentrl.env.solved({}, 1.0, "correct") == 1.0 and agentrl.env.solved({}, 0.99, "correct") == 0.0

@@ -1,6 +1,6 @@
-"""Evaluation: suites over the registered envs, scorers, the runner behind ``agentrl eval``, reports.
+"""Evaluation: suites over the registered envs, the runner behind ``agentrl eval``, records, reports.
 
-Kept import-free: envs import :mod:`agentrl.eval.gaia_scorer` and :mod:`agentrl.eval.scorers`, so
-loading this package must not pull in the runner, torch or the rollout engine. Use
+Kept import-free so that loading this package pulls in neither the runner, torch nor the rollout
+engine. Answer scorers live in the leaf package :mod:`agentrl.scorers` (envs use them too). Use
 ``from agentrl.eval.runner import evaluate, run_eval``.
 """

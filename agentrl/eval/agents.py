@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 from collections.abc import Callable
@@ -23,6 +22,7 @@ import numpy as np
 
 from agentrl.env import Task
 from agentrl.errors import ConfigError
+from agentrl.registry import load_entry_point
 
 
 class ScriptedAgent(Protocol):
@@ -85,14 +85,11 @@ def load_oracle(target: str | None, suite_name: str) -> type:
             f"suite {suite_name!r} has no scripted oracle",
             "use --agent random or a model on this suite",
         )
-    module, _, attr = target.partition(":")
     try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
+        return load_entry_point(target, field="agent")
+    except ConfigError as exc:
         raise ConfigError(
-            "agent",
-            f"the oracle of suite {suite_name!r} ({target}) is not available: {exc}",
-            "use --agent random",
+            "agent", f"the oracle of suite {suite_name!r} is not available: {exc}", "use --agent random"
         ) from exc
 
 

@@ -49,7 +49,9 @@ def action_from_reply(message: dict[str, Any]) -> str:
         if isinstance(arguments, dict):
             blocks.append(format_tool_call(name, arguments))
         else:  # left as sent: the env reports the malformed arguments to the model
-            blocks.append(f'{TOOL_CALL_OPEN}{{"name": {json.dumps(name)}, "arguments": {raw}}}{TOOL_CALL_CLOSE}')
+            blocks.append(
+                f'{TOOL_CALL_OPEN}{{"name": {json.dumps(name)}, "arguments": {raw}}}{TOOL_CALL_CLOSE}'
+            )
     return "\n".join(blocks)
 
 
@@ -203,8 +205,8 @@ def build_chat_client(spec: Any, settings: Any, *, concurrency: int, k: int) -> 
     """The shared client of a ``chat:`` agent spec under the resolved eval settings."""
     import os
 
-    from agentrl.eval.model_agent import served_model_name
     from agentrl.rollout.generators.http import RequestPolicy
+    from agentrl.rollout.generators.openai import served_model_name
 
     key = os.environ.get(settings.api_key_env) or None
     if key is None and settings.explicit("api_key_env"):

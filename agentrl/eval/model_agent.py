@@ -18,7 +18,7 @@ from agentrl.errors import ConfigError, GeneratorError
 
 if TYPE_CHECKING:
     from agentrl.eval.agents import AgentSpec
-    from agentrl.eval.runner import Job
+    from agentrl.eval.records import Job
     from agentrl.eval.suites import Suite
     from agentrl.trajectory import Episode
 
@@ -141,27 +141,10 @@ class ModelEvalConfig:
         )
 
 
-def served_model_name(url: str, timeout: float = 10.0, api_key: str | None = None) -> str:
-    """The first model id an OpenAI-compatible server lists at ``/models``."""
-    import httpx
-
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        response = httpx.get(f"{url}/models", timeout=timeout, headers=headers)
-        response.raise_for_status()
-        models = response.json().get("data", [])
-    except (httpx.HTTPError, ValueError) as exc:
-        raise ConfigError(
-            "agent", f"cannot list models at {url}/models: {exc}", "check the URL and that the server runs"
-        ) from exc
-    if not models:
-        raise ConfigError("agent", f"{url} serves no model", "name it explicitly: URL#model")
-    return str(models[0]["id"])
-
-
 def build_generator(spec: AgentSpec, seed: int, settings: ModelEvalConfig) -> tuple[Any, Any]:
     """(generator, tokenizer) for a model or openai agent spec."""
     from agentrl.rollout.generators.base import make_generator
+    from agentrl.rollout.generators.openai import served_model_name
     from agentrl.rollout.model import load_model, load_tokenizer
 
     if spec.kind == "openai":

@@ -1,8 +1,9 @@
 """``agentrl eval``: run an agent over a suite's tasks and write records, metrics and a report.
 
-Scripted agents (oracle, random) step the env directly, one env per worker thread. Model agents
-go through the rollout engine (:mod:`agentrl.rollout`), the same Env + Agent + Generator path as
-training, with an HF generator (a model name / path) or the OpenAI-compatible HTTP client.
+Every agent plays through the one episode loop of training (:class:`agentrl.rollout.agent.EpisodeRun`).
+Text agents (oracle, random, chat) use the text context strategy, one env per worker thread; model
+agents go through the rollout runner, the same Env + Agent + Generator path as training, with an
+HF generator (a model name / path) or the OpenAI-compatible HTTP client.
 Whatever the agent, a crashed episode is recorded with its error and the run goes on.
 """
 
@@ -18,7 +19,6 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,30 +28,11 @@ from agentrl.env import Task
 from agentrl.errors import AgentRLError, ConfigError, EnvError
 from agentrl.eval.agents import AgentSpec, OracleAdapter, RandomAgent, ScriptedAgent, load_oracle, parse_agent
 from agentrl.eval.model_agent import SETTING_SOURCES, ModelEvalConfig
-from agentrl.eval.report import aggregate, error_lines, failure_bucket, table_lines, write_report
+from agentrl.eval.records import EvalResult, Job, episode_record, failed_episode, subset_label
+from agentrl.eval.report import aggregate, error_lines, table_lines, write_report
 from agentrl.eval.suites import Part, Suite, parse_suite
-from agentrl.trajectory import Episode, Segment, Turn, write_jsonl
-
-
-@dataclass(frozen=True)
-class Job:
-    """One episode to run: a task of a part, the sample index (for pass@k) and its seed."""
-
-    part: Part
-    task: Task
-    sample: int
-    seed: int
-
-
-@dataclass
-class EvalResult:
-    """What :func:`evaluate` returns."""
-
-    records: list[dict[str, Any]]
-    metrics: dict[str, Any]
-    episodes: list[Episode] = field(default_factory=list)
-    #: chat agents: each episode's messages as sent and received (written to transcripts.jsonl)
-    transcripts: list[dict[str, Any]] = field(default_factory=list)
+from agentrl.rollout.agent import play_text
+from agentrl.trajectory import Episode, write_jsonl
 
 
 def make_part_env(part: Part, split: str) -> Any:
@@ -106,96 +87,14 @@ def select_tasks(suite: Suite, limit: int | None, seed: int) -> list[tuple[Part,
     return selected
 
 
-def subset_label(suite: Suite, part: Part, task: Task) -> str:
-    return " ".join(filter(None, [part.name, suite.subset(task)])) or "all"
-
-
-def episode_record(suite: Suite, job: Job, episode: Episode, seconds: float) -> dict[str, Any]:
-    """The flat per-episode record the report is built from."""
-    metrics = dict(episode.metrics)
-    success = float(metrics.get(suite.success, episode.outcome))
-    record = {
-        "episode_id": episode.episode_id,
-        "env_id": job.part.env_id,
-        "part": job.part.name,
-        "task_id": job.task.id,
-        "sample": job.sample,
-        "seed": job.seed,
-        "level": job.task.level,
-        "subset": subset_label(suite, job.part, job.task),
-        "reward": float(episode.outcome),
-        "success": 1.0 if success >= 1.0 else 0.0,
-        "answer": episode.answer,
-        "ground_truth": episode.ground_truth if episode.ground_truth is not None else job.task.answer,
-        "turns": int(metrics.get("turns", episode.num_turns)),
-        "terminated": episode.terminated,
-        "truncated": episode.truncated,
-        "answered": bool(metrics.get("answered", episode.answer is not None)),
-        "tool_calls": int(metrics.get("tool_calls", 0)),
-        "tool_errors": int(metrics.get("tool_errors", 0)),
-        "format_errors": int(metrics.get("format_errors", 0)),
-        "void_turns": int(metrics.get("void_turns", 0)),
-        "metrics": metrics,
-        "error": episode.error,
-        "seconds": seconds,
-    }
-    record["bucket"] = failure_bucket(record)
-    return record
-
-
 # --------------------------------------------------------------------------- scripted agents
 def play_scripted(env: Any, agent: ScriptedAgent, job: Job, split: str) -> Episode:
-    """One episode of a scripted agent; the trajectory keeps texts (there are no tokens)."""
-    obs, info = env.reset(seed=job.seed, options={"task_id": job.task.id, "split": split})
-    agent.reset(env.unwrapped.task)
-    turns: list[Turn] = []
-    reward, terminated, truncated = 0.0, False, False
-    while not (terminated or truncated):
-        start = time.perf_counter()
-        action = agent.act(obs)
-        act_s = time.perf_counter() - start
-        measured = dict(getattr(agent, "last_turn", None) or {})  # chat agents: latency, token usage
-        obs, reward, terminated, truncated, info = env.step(action)
-        turns.append(
-            Turn(
-                index=len(turns),
-                output_ids=[],
-                output_logprobs=[],
-                action_text=action,
-                observation=obs,
-                reward=float(reward),
-                tool_calls=info.get("tool_calls", []),
-                void=bool(info.get("void_turn", False)),
-                timings={"act_s": act_s, "env_s": time.perf_counter() - start - act_s, **measured},
-            )
-        )
-    return Episode(
-        episode_id=f"{job.task.id}#{job.sample}",
-        env_id=job.part.env_id,
-        task_id=job.task.id,
-        segments=[Segment(prompt_ids=[], turns=turns)],
-        group_id=job.task.id,
-        seed=job.seed,
-        outcome=float(reward),
-        terminated=terminated,
-        truncated=truncated,
-        answer=info.get("answer"),
-        ground_truth=info.get("ground_truth"),
-        metrics=dict(info.get("metrics", {})),
-    )
-
-
-def failed_episode(job: Job, error: str) -> Episode:
-    return Episode(
-        episode_id=f"{job.task.id}#{job.sample}",
-        env_id=job.part.env_id,
-        task_id=job.task.id,
-        segments=[],
-        group_id=job.task.id,
-        seed=job.seed,
-        ground_truth=job.task.answer,
-        error=error,
-    )
+    """One episode of a text agent through the one episode loop (context strategy
+    :class:`~agentrl.rollout.context.Text`): the trajectory keeps texts (there are no tokens)."""
+    return play_text(
+        env, agent, env_id=job.part.env_id, seed=job.seed, options={"task_id": job.task.id, "split": split},
+        episode_id=f"{job.task.id}#{job.sample}", group_id=job.task.id,
+    )  # fmt: skip
 
 
 def run_scripted(
@@ -206,8 +105,6 @@ def run_scripted(
     remote: dict[str, Any] | None = None,
 ) -> list[tuple[Episode, float]]:
     """Run ``jobs`` on ``concurrency`` threads, each with its own env per part (in Ray actors with ``remote``)."""
-    from agentrl.rollout.remote_env import BlockingEnv
-
     local = threading.local()
 
     def run(job: Job) -> tuple[Episode, float]:
@@ -216,9 +113,7 @@ def run_scripted(
         try:
             if job.part.env_id not in envs:
                 envs[job.part.env_id] = (
-                    make_part_env(job.part, suite.split)
-                    if remote is None
-                    else BlockingEnv(remote[job.part.env_id]())
+                    make_part_env(job.part, suite.split) if remote is None else remote[job.part.env_id]()
                 )
             env = envs[job.part.env_id]
             episode = play_scripted(env, make_agent(env, job), job, suite.split)
@@ -283,7 +178,9 @@ def run_model(
             client.close()
     from agentrl.eval.model_agent import run_model_jobs
 
-    return run_model_jobs(suite, jobs, spec, concurrency=concurrency, seed=seed, settings=settings, remote=remote)
+    return run_model_jobs(
+        suite, jobs, spec, concurrency=concurrency, seed=seed, settings=settings, remote=remote
+    )
 
 
 # --------------------------------------------------------------------------- entry points
@@ -322,7 +219,9 @@ def evaluate(
         if spec.kind in ("oracle", "random"):
             results = run_scripted(suite_obj, jobs, scripted_factory(spec, suite_obj), concurrency, remote)
         else:
-            results, setup_s = run_model(suite_obj, jobs, spec, concurrency, seed, settings, transcripts, remote)
+            results, setup_s = run_model(
+                suite_obj, jobs, spec, concurrency, seed, settings, transcripts, remote
+            )
     finally:
         for pool in (remote or {}).values():
             pool.shutdown()

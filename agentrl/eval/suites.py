@@ -45,7 +45,8 @@ class Part:
 class Suite:
     """What to run and how to score it.
 
-    ``success`` names the info metric that decides success (>= 1.0 counts); ``metrics`` are the
+    ``success`` names the info metric that decides success (>= 1.0 counts); ``None``: each env's own
+    :attr:`~agentrl.env.TextEnv.success_metric`, the one training reports too; ``metrics`` are the
     info metrics averaged in the tables; ``subset`` labels each task for the per-subset table;
     ``oracle`` is a lazy ``"module:Class"`` for the scripted oracle (None: the suite has none).
     """
@@ -54,7 +55,7 @@ class Suite:
     description: str
     parts: tuple[Part, ...]
     split: str = "test"
-    success: str = "correct"
+    success: str | None = None
     metrics: tuple[str, ...] = ("correct",)
     subset: Callable[[Task], str] = _level
     oracle: str | None = None
@@ -146,7 +147,6 @@ _register(
         "webshop",
         "WebShop-style shopping: score and success on the 500 test goals",
         (Part("agentrl/WebShop-v0"),),
-        success="success",
         metrics=("score", "success"),
         subset=lambda task: "all",
         oracle="agentrl.envs.web.oracle:WebShopOracle",
@@ -157,7 +157,6 @@ _register(
         "search-qa",
         "single and multi-hop QA over the generated wiki (BM25 search/open); EM and F1",
         (Part("agentrl/Search-v0"),),
-        success="em",
         metrics=("em", "f1"),
         subset=lambda task: f"{task.level}-hop",
         oracle="agentrl.envs.search.oracle:SearchOracle",
@@ -169,7 +168,6 @@ _register(
         "the seven real QA sets (NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue, Bamboogle); closed-book "
         "unless retriever_url=... names a Search-R1 retrieval server",
         (Part("agentrl/SearchQA-v0", kwargs={"retriever_url": os.environ.get("AGENTRL_RETRIEVER_URL")}),),
-        success="em",
         metrics=("em", "f1"),
         subset=_source,
         oracle="agentrl.envs.search.oracle:GoldQAOracle",  # answers the gold answer: a pipeline check

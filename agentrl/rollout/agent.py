@@ -1,16 +1,21 @@
-"""The agent: one episode as token ids in and token ids out.
+"""The agent: the one episode loop (:class:`EpisodeRun`) every caller runs, token ids in and out.
 
-It renders the env's system prompt, tools and task with the model's chat template once, then
-appends the ids the policy generated (exactly as sampled) and, after each env step, the bridge
-ids (template scaffolding + observation) - nothing is re-tokenized. If the template fails the
-conformance check (:mod:`agentrl.rollout.template`), each turn is instead prompted with a full
-re-render of the conversation and recorded as its own training row (Segment kind ``"turn"``).
-Context folding (branch/return, summaries) adds segments; see :mod:`agentrl.rollout.folding`.
+Training rollouts, oracle demonstrations, ``agentrl play --folding``, evaluation's model agents
+(through the runner) and its scripted and chat agents (:class:`TextPolicy`) all play here. The loop
+resets the env, asks the sampling policy for a turn, steps the env, and ends on the env's
+terminated/truncated or on one of its own two budgets (turn cap, context tokens; :meth:`_truncate`
+is the one place the agent truncates). How turns become contexts and training rows - one
+concatenated row, a row per turn, branch/return folding, summaries, or text only - is the context
+strategy (:mod:`agentrl.rollout.context`) chosen once; the loop has no mode checks. The turn cap
+comes from the env's own turn budget (its TurnBudget wrapper) and the strategy's
+``turns_per_env_turn`` unless ``max_turns`` is set. Sampled ids are appended exactly as sampled;
+nothing is re-tokenized.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -18,15 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentrl.errors import ConfigError
-from agentrl.rollout import folding, process_rewards
+from agentrl.rollout import process_rewards
+from agentrl.rollout.context import Context, choose_context
 from agentrl.rollout.generators.base import GenerationOutput, SamplingParams, derive_seed
-from agentrl.rollout.template import ChatFormat, conformance
-from agentrl.trajectory import Episode, Segment, Source, Turn
+from agentrl.trajectory import Episode, Segment, Turn
 
 MAX_ACTION_ECHO = 200
+DEFAULT_MAX_TURNS = 32  # turn cap of an env that declares no turn budget
 
 
-class Policy(Protocol):
+class SamplingPolicy(Protocol):
     """Produces one assistant turn (token ids + log-probs) for a prompt."""
 
     async def start(self, task: Any) -> None: ...
@@ -34,6 +40,25 @@ class Policy(Protocol):
     async def generate(
         self, prompt_ids: list[int], sampling: SamplingParams, observation: str
     ) -> GenerationOutput: ...
+
+
+class TextPolicy:
+    """A text agent (``reset(task)``, ``act(observation) -> str``: scripted oracles, random and chat
+    agents of evaluation) as a sampling policy; its reply comes back as text (no token ids), with
+    what it measured (``agent.last_turn``: latency, token usage) as timings."""
+
+    def __init__(self, agent: Any):
+        self.agent = agent
+
+    async def start(self, task: Any) -> None:
+        self.agent.reset(task)
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, observation: str
+    ) -> GenerationOutput:
+        text = self.agent.act(observation)
+        measured = dict(getattr(self.agent, "last_turn", None) or {})
+        return GenerationOutput(ids=[], logprobs=[], text=text, timings=measured, finish_reason=None)
 
 
 class ModelPolicy:
@@ -60,7 +85,9 @@ class AgentConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
-    max_turns: int = 32  # all generated turns, branches and summaries included
+    #: all generated turns, branches and summaries included; None: the context strategy's cap for
+    #: the env's own turn budget (:meth:`agentrl.rollout.context.Context.turn_cap`)
+    max_turns: int | None = None
     folding: str = "none"  # none | branch | summary
     summary_threshold: int = 1536
     max_summaries: int = 4
@@ -79,39 +106,28 @@ class AgentConfig:
     scope_judge_model: str = ""
     scope_judge_timeout_s: float = 30.0
 
-    def validate(self) -> None:
-        """Raise ConfigError naming the field for bad values."""
-        process_rewards.check_settings(self)
+    def validate(self, prefix: str = "rollout") -> None:
+        """Raise ConfigError naming the field (``prefix.name``) for bad values: the one check of these
+        settings, whether they come from a run config's ``rollout`` section or are built in code."""
+        process_rewards.check_settings(self, prefix)
         choices = {"folding": ("none", "branch", "summary"), "template_mode": ("auto", "concat", "per_turn")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(
-                    f"rollout.{name}",
+                    f"{prefix}.{name}",
                     f"{getattr(self, name)!r} is not allowed",
                     f"use one of: {', '.join(allowed)}",
                 )
         for name in ("max_new_tokens", "max_context_tokens", "max_turns"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"rollout.{name}", f"must be >= 1, got {getattr(self, name)}")
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}")
         if self.max_new_tokens >= self.max_context_tokens:
             raise ConfigError(
-                "rollout.max_new_tokens",
+                f"{prefix}.max_new_tokens",
                 f"{self.max_new_tokens} leaves no room in max_context_tokens={self.max_context_tokens}",
                 "lower max_new_tokens or raise max_context_tokens",
             )
-        self.sampling()  # temperature / top_p ranges
-
-    def check_template(self, tokenizer: Any) -> None:
-        """Folding needs a template that renders incrementally (checked once, before any episode)."""
-        if self.folding == "none":
-            return
-        report = conformance(tokenizer)
-        if self.template_mode == "per_turn" or (self.template_mode == "auto" and not report.ok):
-            raise ConfigError(
-                "rollout.folding",
-                f"folding needs a chat template that renders incrementally; {report.summary()}",
-                "use folding=none with this model, or a model whose template passes the check",
-            )
+        self.sampling()  # temperature / top_p ranges: the sampler's own check
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(
@@ -120,18 +136,6 @@ class AgentConfig:
             top_p=self.top_p,
             top_k=self.top_k,
         )
-
-
-@dataclass
-class Thread:
-    """One working context under construction (becomes one Segment)."""
-
-    segment: Segment
-    ids: list[int]
-
-    def add(self, turn: Turn) -> None:
-        self.segment.turns.append(turn)
-        self.ids += turn.output_ids + turn.obs_ids
 
 
 @dataclass
@@ -161,6 +165,40 @@ class Progress:
         )
 
 
+class EndEpisode(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a text agent that has no next action (a replayed script ran out, end of input):
+    the episode stops where it is, unfinished."""
+
+
+def play_text(env: Any, agent: Any, *, env_id: str = "", seed: int | None = None,
+              options: dict[str, Any] | None = None, observer: Any = None, **run: Any) -> Episode:  # fmt: skip
+    """One episode of a text agent (``reset(task)``, ``act(observation) -> str``) on ``env``, through
+    the loop, synchronously (env calls inline; a remote env's are awaited). ``run``: more
+    :class:`EpisodeRun` arguments (episode_id, group_id ...). :class:`EndEpisode` propagates."""
+    from agentrl.rollout.context import Text
+
+    episode_run = EpisodeRun(env, TextPolicy(agent), None, AgentConfig(), env_id=env_id, call_env=_call_awaiting,
+                             seed=seed, options=options, context=Text, observer=observer, **run)  # fmt: skip
+    return asyncio.run(episode_run.run())
+
+
+async def _call_awaiting(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    result = fn(*args, **kwargs)
+    return await result if inspect.isawaitable(result) else result
+
+
+def turn_budget(env: Any) -> int | None:
+    """The env's own turn budget: the ``max_turns`` of its :class:`~agentrl.env.TurnBudget` wrapper
+    (or of a remote env that declares one); None when it has none."""
+    inner = getattr(env, "unwrapped", None)
+    while env is not None:
+        if isinstance(getattr(env, "max_turns", None), int):
+            return int(env.max_turns)
+        env = getattr(env, "env", None)
+    budget = getattr(inner, "max_turns", None)  # a remote env declares it itself
+    return int(budget) if isinstance(budget, int) else None
+
+
 def _sandbox_id(env: Any) -> str | None:
     inner = getattr(env, "unwrapped", env)
     for attr in ("sandbox_id",):
@@ -180,7 +218,7 @@ class EpisodeRun:
     def __init__(
         self,
         env: Any,
-        policy: Policy,
+        policy: SamplingPolicy,
         tokenizer: Any,
         config: AgentConfig,
         *,
@@ -193,11 +231,17 @@ class EpisodeRun:
         policy_version: int = 0,
         judge: process_rewards.ScopeJudge | None = None,
         sampling_seed: int | None = None,
+        context: type[Context] | None = None,
+        observer: Any = None,
     ):
         """``seed`` is the env's reset seed; ``sampling_seed`` (when given) seeds this episode's own
-        sampling stream: generate call ``n`` samples with seed ``derive_seed(sampling_seed, n)``."""
+        sampling stream: generate call ``n`` samples with seed ``derive_seed(sampling_seed, n)``.
+        ``context``: the strategy class the runner chose once (default: :func:`choose_context`).
+        ``observer``: sees the raw env results as they come (``reset(obs, info)``, ``step(action,
+        (obs, reward, terminated, truncated, info))``): ``agentrl play``'s transcript."""
         config.validate()
-        if judge is None and config.folding == "branch":
+        context = context or choose_context(config, tokenizer)
+        if judge is None and context.needs_judge:
             judge = process_rewards.build_judge(config)  # rule / openai / none ("policy" needs the runner's)
         self.judge = judge
         self.env = env
@@ -216,10 +260,14 @@ class EpisodeRun:
         self.progress = Progress(env_id=env_id, episode_id=self.episode_id)
         self.segments: list[Segment] = []
         self.task_id = ""
-        self.stop_ids = {tokenizer.eos_token_id}
+        self.stop_ids = {tokenizer.eos_token_id} if tokenizer is not None else set()
         self.result: dict[str, Any] = {}
-        self.per_turn = False
+        self.index = 0  # the next turn's number (generation order, folding turns included)
+        self.max_turns = config.max_turns or DEFAULT_MAX_TURNS  # set from the env's budget at reset
+        self.observation = ""  # what the policy is answering (task, tool result, branch instruction)
         self._t0 = time.perf_counter()
+        self.context = context(self)
+        self.observer = observer
 
     # ------------------------------------------------------------------ helpers
     async def _generate(self, prompt: list[int], observation: str) -> GenerationOutput:
@@ -239,18 +287,15 @@ class EpisodeRun:
         out.timings = {**out.timings, "wall_s": time.perf_counter() - t0}
         return out
 
-    async def _env(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        self.progress.touch("env")
-        t0 = time.perf_counter()
-        try:
-            return await self.call_env(fn, *args, **kwargs)
-        finally:
-            self.progress.env_s += time.perf_counter() - t0
-            self.progress.touch("between")
-
-    def _turn(self, index: int, out: GenerationOutput, kind: str = "action") -> Turn:
-        text_ids = out.ids[:-1] if out.ids and out.ids[-1] in self.stop_ids else out.ids
-        action = self.tokenizer.decode(text_ids, skip_special_tokens=False)
+    async def generate_turn(self, prompt: list[int], observation: str, kind: str = "action") -> Turn:
+        """Generate the next turn (numbered in generation order) from ``prompt``."""
+        out = await self._generate(prompt, observation)
+        if out.text is not None:  # a text agent (scripted, chat): no ids to decode
+            action = out.text
+        else:
+            text_ids = out.ids[:-1] if out.ids and out.ids[-1] in self.stop_ids else out.ids
+            action = self.tokenizer.decode(text_ids, skip_special_tokens=False)
+        index, self.index = self.index, self.index + 1
         self.progress.turn = index
         self.progress.last_action = action
         return Turn(
@@ -261,17 +306,24 @@ class EpisodeRun:
             kind=kind,
             action_text=action,
             finish_reason=out.finish_reason,
-            timings={"generate_s": out.timings.get("wall_s", 0.0)},
+            timings=self.context.turn_timings(out),
         )
 
-    def _ended(self, turn: Turn) -> bool:
+    async def _env(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.progress.touch("env")
+        t0 = time.perf_counter()
+        try:
+            return await self.call_env(fn, *args, **kwargs)
+        finally:
+            self.progress.env_s += time.perf_counter() - t0
+            self.progress.touch("between")
+
+    def ended(self, turn: Turn) -> bool:
+        """The turn ended with a stop id (the template's bridge then does not add one)."""
         return bool(turn.output_ids) and turn.output_ids[-1] in self.stop_ids
 
-    def _set_obs(
-        self, fmt: ChatFormat, turn: Turn, messages: list[dict[str, Any]], sources: list[int]
-    ) -> None:
-        bridge = fmt.bridge(messages, ended_with_eos=self._ended(turn), sources=sources)
-        turn.obs_ids, turn.obs_source = bridge.ids, bridge.source
+    def out_of_turns(self) -> bool:
+        return self.index >= self.max_turns
 
     def _fill_step(self, turn: Turn, step: tuple[Any, ...], env_s: float) -> None:
         obs, reward, _terminated, _truncated, info = step
@@ -289,154 +341,58 @@ class EpisodeRun:
         turn.error = process_rewards.action_error(turn.tool_calls, info)
 
     # ------------------------------------------------------------------ the episode
+    TURN_BUDGET = "turn budget (rollout.max_turns)"
+    CONTEXT_BUDGET = "context budget (rollout.max_context_tokens)"
+
     async def run(self) -> Episode:
-        """Play the episode; with folding=branch, then score its process rewards (FoldGRPO Q)."""
+        """Play the episode through the context strategy; then let it finish (FoldGRPO's Q)."""
         episode = await self._play()
-        if self.config.folding == "branch":
-            self.progress.touch("judge")
-            rules = process_rewards.ProcessRewardConfig.from_settings(self.config)
-            await process_rewards.assign_process_rewards(episode, rules, self.judge)
-            self.progress.touch("done")
+        await self.context.finish(episode)
         return episode
 
     async def _play(self) -> Episode:
-        cfg = self.config
         obs, info = await self._env(self.env.reset, seed=self.seed, options=self.options)
+        if self.observer is not None:
+            self.observer.reset(obs, info)
         inner = self.env.unwrapped
         self.progress.sandbox_id = _sandbox_id(self.env)
         task = inner.task
         self.task_id = str(info.get("task_id", getattr(task, "id", "")))
-        tools = list(inner.tools) + (folding.BRANCH_TOOLS if cfg.folding == "branch" else [])
-        fmt = ChatFormat(self.tokenizer, tools, tool_schemas=cfg.tool_schemas)
-        self.per_turn = cfg.template_mode == "per_turn" or (
-            cfg.template_mode == "auto" and not conformance(self.tokenizer).ok
-        )
-        cfg.check_template(self.tokenizer)
+        env_turns = turn_budget(self.env)
+        if self.config.max_turns is not None:
+            self.max_turns = self.config.max_turns
+        elif env_turns is not None:
+            self.max_turns = self.context.turn_cap(env_turns)
+        else:
+            self.max_turns = DEFAULT_MAX_TURNS
+        self.context.start(list(inner.tools), inner.system_prompt, obs)
         await self.policy.start(task)
-        system, task_text = inner.system_prompt, obs
-        messages = fmt.prompt_messages(system, task_text)
-        main = Thread(Segment(prompt_ids=fmt.prompt_ids(system, task_text), kind="main", fold_id=0), [])
-        main.ids = list(main.segment.prompt_ids)
-        if not self.per_turn:
-            self.segments.append(main.segment)
-        current = main
-        branch_turns = branches = summaries = 0
-        pending_branch: Turn | None = None  # main-thread turn waiting for its branch's result
-        observation = task_text
-        index = 0
+        self.observation = obs
         while True:
-            if index >= cfg.max_turns:
-                return await self._truncate("turn budget (rollout.max_turns)")
-            if self.per_turn:
-                prompt = fmt.encode(fmt.render(messages, add_generation_prompt=True))
-            else:
-                prompt = current.ids
-            if len(prompt) + 1 > cfg.max_context_tokens:
-                return await self._truncate("context budget (rollout.max_context_tokens)")
-            out = await self._generate(prompt, observation)
-            turn = self._turn(index, out)
-            index += 1
-            if self.per_turn:
-                thread = Thread(Segment(prompt_ids=list(prompt), kind="turn", fold_id=0), list(prompt))
-                self.segments.append(thread.segment)
-                main = current = thread
-            fold = folding.find_fold_call(turn.action_text) if cfg.folding == "branch" else None
-            in_branch = current is not main
-            # ---------------- branch / return (no env step)
-            if fold is not None and fold.name == "branch" and not in_branch and branches < cfg.max_branches:
-                turn.kind = "branch"
-                main.add(turn)
-                pending_branch = turn
-                branches += 1
-                branch_turns = 0
-                instruction = folding.branch_instruction(fold)
-                bridge = fmt.bridge(
-                    [fmt.obs_message(instruction)],
-                    ended_with_eos=self._ended(turn),
-                    sources=[int(Source.SYSTEM)],
-                )
-                prompt_ids = main.ids + bridge.ids
-                current = Thread(
-                    Segment(prompt_ids=list(prompt_ids), kind="branch", fold_id=branches), list(prompt_ids)
-                )
-                self.segments.append(current.segment)
-                observation = instruction
+            if self.out_of_turns():
+                return await self._truncate(self.TURN_BUDGET)
+            prompt = self.context.prompt()
+            if len(prompt) + 1 > self.config.max_context_tokens:
+                return await self._truncate(self.CONTEXT_BUDGET)
+            turn = await self.generate_turn(prompt, self.observation)
+            self.context.record(turn, prompt)
+            folded = self.context.fold(turn)
+            if folded is not None:  # a branch/return call: no env step
+                self.observation = folded
                 continue
-            if fold is not None and fold.name == "return" and in_branch:
-                turn.kind = "return"
-                current.add(turn)
-                current = self._close_branch(fmt, main, pending_branch, fold)
-                pending_branch = None
-                observation = main.segment.turns[-1].observation
-                continue
-            if fold is not None:  # nested branch, return in main, or branch limit
-                message = (
-                    folding.NESTED_BRANCH
-                    if fold.name == "branch" and in_branch
-                    else folding.RETURN_IN_MAIN
-                    if fold.name == "return"
-                    else folding.BRANCH_LIMIT
-                )
-                turn.observation = message
-                turn.error = f"{fold.name} call refused: {message}"
-                self._set_obs(fmt, turn, [fmt.obs_message(message)], [int(Source.TOOL)])
-                current.add(turn)
-                observation = message
-                continue
-            # ---------------- an env step
             t0 = time.perf_counter()
             step = await self._env(self.env.step, turn.action_text)
             self._fill_step(turn, step, time.perf_counter() - t0)
+            if self.observer is not None:
+                self.observer.step(turn.action_text, step)
             obs, reward, terminated, truncated, info = step
-            observation = obs
+            self.observation = obs
             if terminated or truncated:
-                current.add(turn)
+                self.context.add_final(turn)
                 return self._finish(reward, terminated, truncated, info)
-            messages = [*messages, {"role": "assistant", "content": turn.action_text}, fmt.obs_message(obs)]
-            if self.per_turn:
-                current.add(turn)
-                continue
-            if in_branch:
-                branch_turns += 1
-            self._set_obs(fmt, turn, [fmt.obs_message(obs)], [int(Source.TOOL)])
-            over = len(current.ids) + len(turn.output_ids) + len(turn.obs_ids) > cfg.summary_threshold
-            if cfg.folding == "summary" and over and summaries < cfg.max_summaries:
-                self._set_obs(
-                    fmt,
-                    turn,
-                    [fmt.obs_message(obs), {"role": "user", "content": folding.SUMMARY_INSTRUCTION}],
-                    [int(Source.TOOL), int(Source.SYSTEM)],
-                )
-                current.add(turn)
-                if index >= cfg.max_turns:
-                    return await self._truncate("turn budget (rollout.max_turns)")
-                out = await self._generate(current.ids, folding.SUMMARY_INSTRUCTION)
-                summary = self._turn(index, out, kind="summary")
-                index += 1
-                current.add(summary)
-                summaries += 1
-                restart = fmt.prompt_ids(system, folding.summary_task(task_text, summary.action_text))
-                current = Thread(
-                    Segment(prompt_ids=restart, kind="summary", fold_id=summaries), list(restart)
-                )
-                main = current
-                self.segments.append(current.segment)
-                continue
-            current.add(turn)
-            if in_branch and branch_turns >= cfg.branch_max_turns:
-                current = self._close_branch(fmt, main, pending_branch, None)
-                pending_branch = None
-                observation = main.segment.turns[-1].observation
-
-    def _close_branch(
-        self, fmt: ChatFormat, main: Thread, pending: Turn | None, call: folding.FoldCall | None
-    ) -> Thread:
-        assert pending is not None
-        message = folding.return_observation(call)
-        pending.observation = message
-        self._set_obs(fmt, pending, [fmt.obs_message(message)], [int(Source.TOOL)])
-        main.ids += pending.obs_ids  # the pending turn's output ids are already in main.ids
-        return main
+            reason = await self.context.after_step(turn, obs)
+            if reason is not None:
+                return await self._truncate(reason)
 
     async def _truncate(self, reason: str) -> Episode:
         reward, final = await self._env(self.env.unwrapped.final_info, None, truncated=True)

@@ -1,6 +1,7 @@
 """Context folding: branch/return (FoldGRPO) and summarization (SUPO/FoldAct) helpers.
 
-The agent (:mod:`agentrl.rollout.agent`) keeps one working context per thread. With
+The context strategies :class:`~agentrl.rollout.context.Branch` and
+:class:`~agentrl.rollout.context.Summary` keep one working context per thread. With
 ``folding="branch"`` the model gets two extra tools: ``branch(description, prompt)`` opens a
 sub-thread whose context is the main history up to the call plus an instruction, and
 ``return(message)`` closes it; only the message comes back to the main thread as the branch

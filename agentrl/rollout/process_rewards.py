@@ -278,7 +278,7 @@ class LLMScopeJudge:
 
         async def complete(text: str) -> str:
             if not state["model"]:
-                from agentrl.eval.model_agent import served_model_name
+                from agentrl.rollout.generators.openai import served_model_name
 
                 state["model"] = await asyncio.to_thread(served_model_name, url, timeout_s)
             body = {

@@ -371,6 +371,14 @@ class RemoteEnv:
         return self
 
     @property
+    def max_turns(self) -> int | None:
+        """The hosted env's turn budget (read by the episode loop; None for a custom factory)."""
+        from agentrl.env import registered_turn_budget
+
+        env = self.pool.env
+        return registered_turn_budget(env, self.pool.env_kwargs) if isinstance(env, str) else None
+
+    @property
     def handle(self) -> Any:
         """The Ray actor handle hosting this env (``None`` before ``reset``)."""
         return self.actor.handle if self.actor is not None else None

@@ -26,12 +26,19 @@ from typing import Any
 
 from agentrl.errors import ConfigError, EpisodeError
 from agentrl.rollout import process_rewards
-from agentrl.rollout.agent import AgentConfig, EpisodeRun, ModelPolicy, Policy, call_in_executor
+from agentrl.rollout.agent import AgentConfig, EpisodeRun, ModelPolicy, SamplingPolicy, call_in_executor
 from agentrl.rollout.batcher import Batcher
+from agentrl.rollout.context import choose_context
 from agentrl.rollout.generators.base import Generator, derive_seed
 from agentrl.trajectory import Episode, save, write_jsonl
 
 log = logging.getLogger("agentrl.rollout")
+
+#: the fields of :class:`agentrl.config.RolloutConfig` that the agent and the runner read (a test
+#: holds them equal to the dataclasses' fields, so a new setting cannot be silently dropped)
+ROLLOUT_AGENT_FIELDS = tuple(f.name for f in fields(AgentConfig) if f.name not in ("max_turns", "seed"))
+ROLLOUT_RUNNER_FIELDS = ("concurrency", "group_size", "episode_timeout_s", "watchdog_s", "watchdog_action",
+                         "max_retries")  # fmt: skip
 
 
 @dataclass
@@ -52,32 +59,25 @@ class RunnerConfig:
     timeout_setting: str = "rollout.episode_timeout_s"
     lockstep: bool = False  # timing-independent batches (see Batcher); train.deterministic sets it
 
+    def validate(self, prefix: str = "rollout") -> None:
+        """The one check of the rollout settings (a run config's ``rollout`` section delegates here)."""
+        if self.watchdog_action not in ("cancel", "retry"):
+            raise ConfigError(f"{prefix}.watchdog_action", f"{self.watchdog_action!r} is not allowed",
+                              "use one of: cancel, retry")  # fmt: skip
+        for name in ("concurrency", "group_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}")
+        self.agent.validate(prefix)
+
     @classmethod
-    def from_rollout(
-        cls, rollout: Any, *, env_max_turns: int | None = None, **overrides: Any
-    ) -> RunnerConfig:
-        """Build from a :class:`agentrl.config.RolloutConfig` (fields it lacks keep their defaults)."""
-        agent_fields = {f.name for f in fields(AgentConfig)}
-        agent_kwargs = {k: getattr(rollout, k) for k in agent_fields if hasattr(rollout, k)}
-        if env_max_turns is not None and not hasattr(rollout, "max_turns"):
-            # env turns plus room for branch/return and summary turns
-            agent_kwargs["max_turns"] = (
-                env_max_turns * (3 if getattr(rollout, "folding", "none") != "none" else 1) + 1
-            )
-        runner_kwargs = {
-            k: getattr(rollout, k)
-            for k in (
-                "concurrency",
-                "group_size",
-                "episode_timeout_s",
-                "watchdog_s",
-                "watchdog_action",
-                "max_retries",
-            )
-            if hasattr(rollout, k)
-        }
-        runner_kwargs.update(overrides)
-        return cls(agent=AgentConfig(**agent_kwargs), **runner_kwargs)
+    def from_rollout(cls, rollout: Any, **overrides: Any) -> RunnerConfig:
+        """Build from a :class:`agentrl.config.RolloutConfig` (fields it lacks keep their defaults).
+
+        The agent's turn cap is not set here: the episode loop derives it from the env's own turn
+        budget and the context strategy (:meth:`agentrl.rollout.context.Context.turn_cap`)."""
+        agent = AgentConfig(**{k: getattr(rollout, k) for k in ROLLOUT_AGENT_FIELDS})
+        runner = {k: getattr(rollout, k) for k in ROLLOUT_RUNNER_FIELDS}
+        return cls(agent=agent, **{**runner, **overrides})
 
 
 @dataclass
@@ -140,7 +140,7 @@ class Runner:
         tokenizer: Any,
         *,
         generator: Generator | None = None,
-        policy_factory: Callable[[], Policy] | None = None,
+        policy_factory: Callable[[], SamplingPolicy] | None = None,
         config: RunnerConfig | None = None,
         policy_version: int = 0,
         judge: process_rewards.ScopeJudge | None = None,
@@ -156,12 +156,8 @@ class Runner:
         self.generator = generator
         self.policy_factory = policy_factory
         self.config = config or RunnerConfig()
-        if self.config.watchdog_action not in ("cancel", "retry"):
-            raise ConfigError(
-                "rollout.watchdog_action", f"{self.config.watchdog_action!r}", "use cancel or retry"
-            )
-        self.config.agent.validate()
-        self.config.agent.check_template(tokenizer)
+        self.config.validate()
+        self.context = choose_context(self.config.agent, tokenizer)  # once, before any episode
         self._batcher: Batcher | None = None
         self.judge = judge or (
             process_rewards.build_judge(
@@ -169,7 +165,7 @@ class Runner:
                 submit=(lambda ids, sampling: self._batcher.submit(ids, sampling)) if generator else None,  # type: ignore[union-attr]
                 tokenizer=tokenizer,
             )
-            if self.config.agent.folding == "branch"
+            if self.context.needs_judge
             else None
         )
         self.policy_version = policy_version
@@ -188,7 +184,7 @@ class Runner:
         return self.env()
 
     # ------------------------------------------------------------------ one episode
-    async def _episode(self, job: _Job, executor: ThreadPoolExecutor, policy: Policy) -> Episode:
+    async def _episode(self, job: _Job, executor: ThreadPoolExecutor, policy: SamplingPolicy) -> Episode:
         async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             if inspect.iscoroutinefunction(fn):  # remote envs (env.placement: ray) await their actor
                 return await fn(*args, **kwargs)
@@ -209,6 +205,7 @@ class Runner:
             policy_version=self.policy_version,
             judge=self.judge,
             sampling_seed=job.sampling_seed,
+            context=self.context,
             # a replayable id: the same (seed, task, sample, policy version) gives the same id
             episode_id=f"{derive_seed(job.sampling_seed, self.policy_version):016x}"[:12],
         )
@@ -229,7 +226,7 @@ class Runner:
                 asyncio.get_running_loop().run_in_executor(executor, _close_quietly, env)
 
     async def _job(
-        self, job: _Job, executor: ThreadPoolExecutor, make_policy: Callable[[], Policy]
+        self, job: _Job, executor: ThreadPoolExecutor, make_policy: Callable[[], SamplingPolicy]
     ) -> Episode:
         attempts = 1 + (self.config.max_retries if self.config.watchdog_action == "retry" else 0)
         lost_left = int(getattr(self.env, "lost_retries", 0))  # env.ray_lost_retries (remote envs)
@@ -491,7 +488,7 @@ def run_episodes(
     tokenizer: Any,
     config: Any = None,
     *,
-    policy_factory: Callable[[], Policy] | None = None,
+    policy_factory: Callable[[], SamplingPolicy] | None = None,
     seeds: Sequence[int | None] | None = None,
     seed: int = 0,
     out_path: str | Path | None = None,

@@ -8,7 +8,7 @@ has exactly one :class:`Producer` registered here: a batch builder (from the pad
 are renamed here and nowhere else (``old_logprobs`` -> ``old_logp``, ``row_episode`` ->
 ``row_rollout``, ``source`` -> ``token_kind``).
 
-:func:`objective_plan` resolves a config's estimator and loss (presets fill only unset options;
+:func:`agentrl.train.plan.objective_plan` resolves a config's estimator and loss (presets fill only unset options;
 explicit values win) and refuses, before anything runs, a need with no producer under the config
 (naming the producer and the setting that provides it), an option the objective does not take,
 and an unpairable estimator/loss combination. :class:`LazyBatch` builds a field the first time an
@@ -42,6 +42,7 @@ class StepData:
         tokens: ``build_batch(episodes)``; row ``b`` belongs to episode ``tokens.row_episode[b]``.
         old: outputs of the no-grad pass before the update (``logp``, ``entropy``, ``values``).
         config: the RunConfig.
+        plan: its resolved objectives (:func:`agentrl.train.plan.objective_plan` of ``config``).
         ig_scorer: ``callable(episodes) -> [R, K+1]`` gold-answer confidences (IGPO), or None.
         engine: the learner engine, for producers that run a learner pass (``full_ctx_logp``).
     """
@@ -50,6 +51,7 @@ class StepData:
     tokens: TokenBatch
     old: Mapping[str, Tensor | None]
     config: Any
+    plan: Any
     ig_scorer: Callable[[list[Episode]], Tensor] | None = None
     extra: dict[str, Tensor] = field(default_factory=dict)
     engine: Any = None
@@ -173,8 +175,7 @@ def _critic(config: Any) -> bool:
 def _loss_mask(step: StepData) -> Tensor:
     """1 on trainable tokens; rows of rollouts the estimator excludes (SUPO's unfinished) are all 0."""
     mask = step.tokens.loss_mask
-    estimator = objective_plan(step.config).estimator
-    keep = estimator.row_keep(_RowView(step), objective_plan(step.config).advantage_options)
+    keep = step.plan.estimator.row_keep(_RowView(step), step.plan.advantage_options)
     if keep is None:
         return mask
     from agentrl.algos.shaping import rollout_row_mask
@@ -363,9 +364,6 @@ def _gt_logprob(step: StepData) -> Tensor:
     return per_rollout[step.tokens.row_episode]
 
 
-from agentrl.train.plan import ObjectivePlan, objective_plan  # noqa: E402  (the plan reads BATCH_FIELDS)
-
 __all__ = [
-    "BATCH_FIELDS", "LazyBatch", "LazyScores", "ObjectivePlan", "Producer", "StepData", "field_builder",
-    "objective_plan", "producer",
+    "BATCH_FIELDS", "LazyBatch", "LazyScores", "Producer", "StepData", "field_builder", "producer",
 ]  # fmt: skip

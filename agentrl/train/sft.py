@@ -20,16 +20,6 @@ from agentrl.train.learner import Policy
 from agentrl.trajectory import Episode, build_batch
 
 
-def load_oracle(target: str) -> Any:
-    """Import an oracle class from ``"module:Class"``."""
-    import importlib
-
-    module, _, name = target.partition(":")
-    if not module or not name:
-        raise ValueError(f"oracle must look like 'module:Class', got {target!r}")
-    return getattr(importlib.import_module(module), name)
-
-
 def sft_warmup(policy: Policy, demos: Sequence[Episode], *, steps: int, lr: float, batch_size: int,
                micro_batch_size: int, seed: int = 0, pad_id: int = 0, max_grad_norm: float = 1.0,
                log: Any = None) -> list[float]:  # fmt: skip
@@ -75,4 +65,4 @@ def sft_warmup(policy: Policy, demos: Sequence[Episode], *, steps: int, lr: floa
     return losses
 
 
-__all__ = ["load_oracle", "sft_warmup"]
+__all__ = ["sft_warmup"]

@@ -144,7 +144,7 @@ class Rollouts:
         probe.close()
         self.config, self.generator, self.tokenizer = config, generator, tokenizer
         self.runner_config = RunnerConfig.from_rollout(
-            config.rollout, env_max_turns=env_cfg.max_turns, progress=False, lockstep=config.train.deterministic
+            config.rollout, progress=False, lockstep=config.train.deterministic
         )
 
     def run(self, tasks: list[Any], *, seed: int, version: int, group_size: int, temperature: float | None = None,
@@ -164,10 +164,10 @@ class Rollouts:
         return episodes, stats.as_metrics()
 
     def demonstrations(self, count: int, oracle: str, seed: int, on_episode: Any = None) -> list[Episode]:
+        from agentrl.registry import load_entry_point
         from agentrl.rollout.runner import run_oracle_episodes
-        from agentrl.train.sft import load_oracle
 
-        oracle_cls = load_oracle(oracle)
+        oracle_cls = load_entry_point(oracle, field="train.oracle")
         tasks = random.Random(seed).sample(self.train_tasks, min(count, len(self.train_tasks)))
         # the oracle's text is not sampled, so the per-turn token budget must not cut it
         agent = dataclasses.replace(
@@ -319,8 +319,9 @@ def train(config: RunConfig) -> dict[str, Any]:
                 else None
             )
             data = StepData(
-                episodes=kept, tokens=tokens, old=old, config=config, ig_scorer=ig_scorer, engine=engine
-            )
+                episodes=kept, tokens=tokens, old=old, config=config, plan=objective_plan(config),
+                ig_scorer=ig_scorer, engine=engine,
+            )  # fmt: skip
             with progress.phase(f"{tag} scoring", per_step=False, key="scoring"):
                 adv, returns, batch = compute_advantages(data)  # the behaviour pass runs here (lazy)
                 metrics |= plan.estimator.diagnostics(batch, plan.advantage_options)  # e.g. IGPO's gains
@@ -371,10 +372,14 @@ def train(config: RunConfig) -> dict[str, Any]:
 
 def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: MetricsLogger,
                progress: RunProgress):  # fmt: skip
-    """``evaluate(step) -> {task_id: outcome}`` on the first ``eval_episodes`` held-out tasks (same
-    ones every time); logs their mean as ``eval/success`` (held-out success: mean outcome reward,
-    exact match for the search env)."""
+    """``evaluate(step) -> {task_id: solved}`` on the first ``eval_episodes`` held-out tasks (same
+    ones every time); logs their mean as ``eval/success``: the share solved by the env's own
+    success metric (:attr:`agentrl.env.TextEnv.success_metric`, exact match for search), the same
+    definition as ``agentrl eval``'s success; failed episodes count as unsolved."""
+    from agentrl.env import solved, success_metric
+
     tasks = rollouts.eval_tasks[: config.train.eval_episodes]
+    metric = success_metric(config.env.id)
 
     def evaluate(step: int) -> dict[str, float]:
         policy.eval()
@@ -383,7 +388,7 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
             episodes, _ = rollouts.run(tasks, seed=10_000_019, version=step, group_size=1,
                                        temperature=config.train.eval_temperature,
                                        on_episode=phase.on_episode("success"))  # fmt: skip
-        outcomes = {ep.task_id: 0.0 if ep.failed else float(ep.outcome) for ep in episodes}  # failures count 0
+        outcomes = {ep.task_id: 0.0 if ep.failed else solved(ep.metrics, ep.outcome, metric) for ep in episodes}
         logger.log(step, {"eval/success": float(np.mean(list(outcomes.values()))) if outcomes else 0.0,
                           "eval/failed": float(sum(ep.failed for ep in episodes))}, echo=("eval/success",))  # fmt: skip
         return outcomes

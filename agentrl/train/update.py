@@ -16,7 +16,7 @@ import agentrl.algos  # noqa: F401  (registers the objectives)
 from agentrl.algos.losses import agg_loss, clip_bias_scale_from_norm
 from agentrl.registry import KL_ESTIMATORS, LOSSES
 from agentrl.train.fields import LazyBatch, StepData
-from agentrl.train.plan import ObjectivePlan, objective_plan
+from agentrl.train.plan import ObjectivePlan
 from agentrl.trajectory import TokenBatch
 
 
@@ -103,7 +103,7 @@ def loss_options(plan: ObjectivePlan, width: int) -> dict[str, Any]:
 
 def compute_advantages(step: StepData) -> tuple[Tensor, Tensor | None, LazyBatch]:
     """Token advantages ``[B, L]`` (and GAE returns) from the registered estimator."""
-    plan = objective_plan(step.config)
+    plan = step.plan
     batch = LazyBatch(step)
     adv, returns = plan.estimator.from_batch(batch, **plan.advantage_options)
     return adv, returns, batch
@@ -146,7 +146,7 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
     algo, train = config.algo, config.train
     tokens = step.tokens
     width = tokens.input_ids.shape[1]
-    plan = objective_plan(config)
+    plan = step.plan
     loss, options = plan.loss, loss_options(plan, width)
     agg = options.get("agg", "token-mean")
     value_loss = LOSSES.get("value") if engine.policy.value_head is not None else None

@@ -71,6 +71,7 @@ class CodeEnv(TextEnv):
         memory_mb: memory limit of the sandbox.
     """
 
+    success_metric = "correct"
     splits = ("train", "dev", "test")
 
     def __init__(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentrl.env import Score, Task, TextEnv
-from agentrl.eval.gaia_scorer import question_scorer
+from agentrl.scorers.gaia import question_scorer
 from agentrl.tools.base import Tool
 from agentrl.tools.files import make_file_tools
 
@@ -28,6 +28,7 @@ class GaiaBaseEnv(TextEnv):
     ``file_path`` (where the attachment is on disk). Subclasses add tools and task sources.
     """
 
+    success_metric = "correct"
     system_prompt = GAIA_SYSTEM_PROMPT
     final_answer_prefix = True
     #: Offer the sandboxed ``python`` tool (subclasses set these in ``__init__``).

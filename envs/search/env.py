@@ -14,7 +14,7 @@ from agentrl.env import Score, Task, TextEnv
 from agentrl.envs.search.questions import HOP_MIXES, generate_questions
 from agentrl.envs.search.wiki import generate_wiki
 from agentrl.errors import ConfigError, EnvError
-from agentrl.eval.scorers import qa_scores
+from agentrl.scorers.qa import qa_scores
 from agentrl.tools.base import Tool
 from agentrl.tools.search import Doc, RemoteRetriever, Retriever, make_retriever, search_tools
 
@@ -83,6 +83,7 @@ def check_reward(reward: str) -> str:
 class SearchEnv(TextEnv):
     """Questions about a generated fictional encyclopedia, answered through search and open."""
 
+    success_metric = "em"
     system_prompt = TOOL_PROMPT
     splits = ("train", "dev", "test")
 

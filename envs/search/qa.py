@@ -19,8 +19,8 @@ from pathlib import Path
 from agentrl.env import Score, Task, TextEnv
 from agentrl.envs.search.env import TOOL_PROMPT, build_retriever, check_reward
 from agentrl.errors import EnvError
-from agentrl.eval.scorers import qa_scores
 from agentrl.paths import benchmark_dir, check_file
+from agentrl.scorers.qa import qa_scores
 from agentrl.tools.base import Tool
 from agentrl.tools.search import RemoteRetriever, search_tools
 
@@ -94,6 +94,7 @@ def _read(path: str) -> tuple[QARecord, ...]:
 class SearchQAEnv(TextEnv):
     """Real QA sets; closed-book by default, search tools over a remote retriever when configured."""
 
+    success_metric = "em"
     splits = ("test",)
 
     def __init__(

@@ -78,6 +78,7 @@ class SQLEnv(TextEnv):
             False gives it back to the pool at the end of every episode.
     """
 
+    success_metric = "correct"
     splits = ("train", "dev", "test")
 
     def __init__(

@@ -16,27 +16,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from agentrl.envs.sql.template_kit import Question, values
+from agentrl.envs.sql.templates_chinook import chinook_questions
+from agentrl.envs.sql.templates_generated import shop_questions, university_questions
+
 MAX_GOLD_ROWS = 60
-
-
-def lit(value: Any) -> str:
-    """A SQL literal for a trusted value (strings quoted, quotes doubled)."""
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    return repr(value)
-
-
-@dataclass(frozen=True)
-class Question:
-    """One candidate question before its gold result is checked."""
-
-    template: str
-    level: int
-    question: str
-    sql: str
-    ordered: bool = False
-    tie_sql: str | None = None  # sort keys of the full ordering (checked for ties)
-    limit: int | None = None  # the top-k of an ordered question
 
 
 @dataclass(frozen=True)
@@ -54,19 +38,8 @@ class CheckedQuestion:
     ordered: bool
 
 
-def values(con: sqlite3.Connection, sql: str) -> list[Any]:
-    return [row[0] for row in con.execute(sql).fetchall()]
-
-
-def make_question(template: str, level: int, question: str, sql: str, **kw: Any) -> Question:
-    return Question(template, level, question, " ".join(sql.split()), **kw)
-
-
 def generators() -> dict[str, Callable[[sqlite3.Connection], Iterator[Question]]]:
-    """Template generator per database (imported here: the template modules import this one)."""
-    from agentrl.envs.sql.templates_chinook import chinook_questions
-    from agentrl.envs.sql.templates_generated import shop_questions, university_questions
-
+    """Template generator per database."""
     return {"chinook": chinook_questions, "shop": shop_questions, "university": university_questions}
 
 

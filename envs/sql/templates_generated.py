@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
-from agentrl.envs.sql.questions import Question, lit, values
-from agentrl.envs.sql.questions import make_question as _q
+from agentrl.envs.sql.template_kit import Question, lit, values
+from agentrl.envs.sql.template_kit import make_question as _q
 
 
 # --------------------------------------------------------------------------- shop

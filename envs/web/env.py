@@ -50,6 +50,7 @@ def purchase_reward(goal: Goal, purchase: dict[str, Any], catalog: Catalog) -> R
 class WebShopEnv(TextEnv):
     """Shop for the product an instruction describes; see the module docstring."""
 
+    success_metric = "success"
     system_prompt = SYSTEM_PROMPT
     splits = ("train", "dev", "test")
 

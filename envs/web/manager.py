@@ -22,8 +22,10 @@ from typing import Any
 import httpx
 
 from agentrl.errors import EnvError
+from agentrl.registry import load_entry_point
 
 STARTUP_TIMEOUT_S = 90.0
+DOCKER_SERVER = "agentrl.envs.web.docker_backend:DockerShopServer"  # backend="docker"
 _LOCK = threading.Lock()
 _SERVERS: dict[tuple[Any, ...], list[Any]] = {}  # key -> [server, refcount]
 
@@ -175,12 +177,9 @@ def acquire(
     with _LOCK:
         entry = _SERVERS.get(key)
         if entry is None:
-            if backend == "docker":  # imported here: only docker users load the sandboxes package
-                from agentrl.envs.web.docker_backend import DockerShopServer
-
-                server: ShopServer = DockerShopServer(seed=seed, n_products=n_products, data_dir=data_dir)
-            else:
-                server = ShopServer(seed=seed, n_products=n_products, data_dir=data_dir)
+            # loaded by name: only docker users load the sandboxes package (and the subclass imports us)
+            server_cls = ShopServer if backend == "local" else load_entry_point(DOCKER_SERVER)
+            server: ShopServer = server_cls(seed=seed, n_products=n_products, data_dir=data_dir)
             server.start()
             entry = _SERVERS[key] = [server, 0]
         entry[1] += 1

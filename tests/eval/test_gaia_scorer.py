@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.eval.gaia_scorer import (
+from agentrl.scorers.gaia import (
     normalize_number_str,
     normalize_str,
     question_scorer,

@@ -10,7 +10,7 @@ import agentrl
 from agentrl.envs.gaia.oracle import LocalGaiaOracle, parse_table
 from agentrl.envs.gaia.tasks import DEFAULT_COUNTS
 from agentrl.envs.search.wiki import generate_wiki
-from agentrl.eval.gaia_scorer import scoring_mode
+from agentrl.scorers.gaia import scoring_mode
 from agentrl.tools.files import render_file
 
 

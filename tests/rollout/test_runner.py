@@ -95,13 +95,23 @@ def test_generator_errors_fail_only_their_episodes(tokenizer):
 
 def test_runner_config_from_rollout_config():
     rollout = RolloutConfig(concurrency=3, group_size=2, max_new_tokens=32, folding="branch")
-    config = RunnerConfig.from_rollout(rollout, env_max_turns=4, progress=False)
+    config = RunnerConfig.from_rollout(rollout, progress=False)
     assert config.concurrency == 3 and config.group_size == 2 and not config.progress
-    assert (
-        config.agent.max_new_tokens == 32
-        and config.agent.folding == "branch"
-        and config.agent.max_turns == 13
-    )
+    assert config.agent.max_new_tokens == 32 and config.agent.folding == "branch"
+    assert config.agent.max_turns is None  # derived per episode from the env's own turn budget
+
+
+def test_turn_cap_comes_from_the_env_budget_and_the_context_strategy(tokenizer):
+    from agentrl.rollout.agent import turn_budget
+    from agentrl.rollout.context import Branch, Concat, PerTurn, Summary, choose_context
+
+    assert turn_budget(make_lookup_env(max_turns=4)) == 4
+    assert turn_budget(object()) is None
+    # every turn steps the env: its budget ends the episode first; folding turns do not step it
+    assert [c.turn_cap(4) for c in (Concat, PerTurn, Summary, Branch)] == [5, 5, 9, 13]
+    assert choose_context(AgentConfig(folding="branch"), tokenizer) is Branch
+    assert choose_context(AgentConfig(template_mode="per_turn"), tokenizer) is PerTurn
+    assert choose_context(AgentConfig(), tokenizer) is Concat
 
 
 def test_progress_display_and_parquet_output(tokenizer, tmp_path, capsys):
@@ -115,3 +125,27 @@ def test_progress_display_and_parquet_output(tokenizer, tmp_path, capsys):
     assert [e.episode_id for e in load(out)] == [e.episode_id for e in episodes]
     assert not (tmp_path / "eps.parquet.partial.jsonl").exists()
     assert "rollout" in capsys.readouterr().out
+
+
+def test_every_rollout_setting_reaches_the_runner_agent_or_trainer():
+    """One rollout configuration: each RolloutConfig field is read by the agent, the runner, or the
+    trainer's generator/task sampling, and is checked once (by RunnerConfig.validate)."""
+    import dataclasses
+
+    from agentrl.errors import ConfigError
+    from agentrl.rollout.runner import ROLLOUT_AGENT_FIELDS, ROLLOUT_RUNNER_FIELDS
+
+    trainer_only = {"backend", "base_url", "tasks_per_step"}
+    rollout_fields = {f.name for f in dataclasses.fields(RolloutConfig)}
+    assert rollout_fields == set(ROLLOUT_AGENT_FIELDS) | set(ROLLOUT_RUNNER_FIELDS) | trainer_only
+    for bad, field in (
+        ({"folding": "fold"}, "rollout.folding"),
+        ({"watchdog_action": "wait"}, "rollout.watchdog_action"),
+        ({"temperature": 9.0}, "rollout.temperature"),
+        ({"max_new_tokens": 4096}, "rollout.max_new_tokens"),
+        ({"concurrency": 0}, "rollout.concurrency"),
+    ):
+        with pytest.raises(ConfigError, match=field):
+            RolloutConfig(**bad).validate("rollout")
+        with pytest.raises(ConfigError, match=field):
+            RunnerConfig.from_rollout(RolloutConfig(**bad)).validate()

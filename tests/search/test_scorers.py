@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.eval.scorers import exact_match, f1_score, normalize_answer, qa_scores
+from agentrl.scorers.qa import exact_match, f1_score, normalize_answer, qa_scores
 
 
 @pytest.mark.parametrize(

@@ -63,10 +63,10 @@ def world():
 
 def make_world():
     """(tokenizer, tiny model, its initial state, {folding: real episodes})."""
+    from agentrl.registry import load_entry_point
     from agentrl.rollout.generators.base import make_generator
     from agentrl.rollout.model import load_tokenizer, tiny_model
     from agentrl.rollout.runner import RunnerConfig, run_episodes, run_oracle_episodes
-    from agentrl.train.sft import load_oracle
 
     tokenizer = load_tokenizer("smollm2-135m")
     model = tiny_model(tokenizer, layers=1, hidden=32, seed=0, arch="qwen2")
@@ -74,11 +74,11 @@ def make_world():
     probe = make_env()
     tasks = list(probe.unwrapped.load_tasks("train"))[:2]
     probe.close()
-    oracle = load_oracle("agentrl.envs.search.oracle:SearchOracle")
+    oracle = load_entry_point("agentrl.envs.search.oracle:SearchOracle")
     episodes = {}
     for folding in ("none", "summary", "branch"):
         cfg = load_config(None, [*BASE, f"rollout.folding={folding}"], validate=False)
-        runner = RunnerConfig.from_rollout(cfg.rollout, env_max_turns=3, progress=False)
+        runner = RunnerConfig.from_rollout(cfg.rollout, progress=False)
         runner = dataclasses.replace(runner, group_size=1)
         generator = make_generator("hf", model=model, tokenizer=tokenizer, seed=0, max_batch_size=8)
         sampled = run_episodes(make_env, tasks, generator, tokenizer, runner, seed=1)
@@ -130,7 +130,15 @@ def run_pair(world, advantage: str, loss_name: str) -> dict[str, float]:
     scorer = GoldAnswerScorer(None, tokenizer, config.algo.ig_template,
                               continuation=learner_continuation_scorer(engine))  # fmt: skip
     old = LazyScores(lambda: score_tokens(engine, tokens, 4))
-    step = StepData(episodes=eps, tokens=tokens, old=old, config=config, ig_scorer=scorer, engine=engine)
+    step = StepData(
+        episodes=eps,
+        tokens=tokens,
+        old=old,
+        config=config,
+        plan=objective_plan(config),
+        ig_scorer=scorer,
+        engine=engine,
+    )
     rows, width = tokens.input_ids.shape
     turns = max(t.index for ep in eps for t in ep.turns) + 1
     seen_est: dict[str, tuple[int, ...]] = {}

@@ -69,11 +69,14 @@ def episodes(n_groups: int = 2, group_size: int = 3, seed: int = 0, max_turns: i
 
 def step_data(policy_engine, eps, cfg, **kw):
     from agentrl.train.fields import StepData
+    from agentrl.train.plan import objective_plan
     from agentrl.train.update import score_tokens
 
     tokens = build_batch(eps)
     old = score_tokens(policy_engine, tokens, cfg.train.micro_batch_size)
-    return StepData(episodes=eps, tokens=tokens, old=old, config=cfg, engine=policy_engine, **kw)
+    return StepData(
+        episodes=eps, tokens=tokens, old=old, config=cfg, plan=objective_plan(cfg), engine=policy_engine, **kw
+    )
 
 
 def replace(cfg: RunConfig, section: str, **values) -> RunConfig:

@@ -22,6 +22,8 @@ from typing import Any
 
 from agentrl.errors import ConfigError, GeneratorError
 
+BALANCED = "agentrl.rollout.generators.balanced:BalancedGenerator"  # several base URLs (openai)
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -63,10 +65,12 @@ class GenerationOutput:
     ids: list[int]
     logprobs: list[float]
     entropy: list[float] | None = None
-    finish_reason: str = "stop"  # "stop" (an EOS/stop id, included in ids) | "length"
+    finish_reason: str | None = "stop"  # "stop" (an EOS/stop id, included in ids) | "length"; None: text
     timings: dict[str, float] = field(default_factory=dict)
     #: per token, the ``SamplingParams.top_logprobs`` most likely ``(id, logprob)`` pairs
     top_logprobs: list[list[tuple[int, float]]] | None = None
+    #: the reply as text, from agents without token ids (scripted and chat agents; ``ids`` empty)
+    text: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.logprobs):
@@ -223,7 +227,7 @@ def make_generator(
     ``model_name``. ``openai`` needs ``base_url``. ``vllm`` loads ``model_name`` itself.
     """
     import agentrl.rollout  # noqa: F401  (registers the backends)
-    from agentrl.registry import GENERATORS
+    from agentrl.registry import GENERATORS, load_entry_point
 
     cls = GENERATORS.get(backend, field="rollout.backend")
     if backend == "hf":
@@ -241,8 +245,7 @@ def make_generator(
                 raise ConfigError(
                     "rollout.base_url", f"empty URL in {base_url!r}", "use URL1,URL2 with no empty items"
                 )
-            from agentrl.rollout.generators.balanced import BalancedGenerator
-
-            return BalancedGenerator([cls(url, model=model_name, **kwargs) for url in urls])
+            balanced = load_entry_point(BALANCED)  # by name: the balanced generator subclasses Generator
+            return balanced([cls(url, model=model_name, **kwargs) for url in urls])
         return cls(base_url, model=model_name, **kwargs)
     return cls(model_name, dtype=dtype, **kwargs)

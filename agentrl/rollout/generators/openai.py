@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from agentrl.errors import GeneratorError
+from agentrl.errors import ConfigError, GeneratorError
 from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams, check_prompts
 from agentrl.rollout.generators.http import CircuitBreaker, RequestPolicy, RequestStats, post_json
 
@@ -168,3 +168,19 @@ class OpenAIGenerator(Generator):
 
     async def aclose(self) -> None:
         await self._aclose_current()
+
+
+def served_model_name(url: str, timeout: float = 10.0, api_key: str | None = None) -> str:
+    """The first model id an OpenAI-compatible server lists at ``/models``."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(f"{url}/models", timeout=timeout, headers=headers)
+        response.raise_for_status()
+        models = response.json().get("data", [])
+    except (httpx.HTTPError, ValueError) as exc:
+        raise ConfigError(
+            "agent", f"cannot list models at {url}/models: {exc}", "check the URL and that the server runs"
+        ) from exc
+    if not models:
+        raise ConfigError("agent", f"{url} serves no model", "name it explicitly: URL#model")
+    return str(models[0]["id"])
