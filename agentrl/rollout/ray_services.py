@@ -48,11 +48,11 @@ def env_needs(env: str | Callable[[], Any], env_kwargs: dict[str, Any]) -> dict[
     import gymnasium as gym
 
     import agentrl.envs  # noqa: F401  (registers the ids)
-    from agentrl.env import _load
+    from agentrl.registry import load_entry_point
 
     spec = gym.spec(env)
     defaults = {**spec.kwargs, **env_kwargs}
-    params = inspect.signature(_load(spec.kwargs["entry_point"])).parameters
+    params = inspect.signature(load_entry_point(spec.kwargs["entry_point"])).parameters
     shop = None
     if "server_url" in params and not defaults.get("server_url"):
         shop = {k: defaults[k] for k in ("seed", "n_products", "data_dir", "backend") if k in defaults}
