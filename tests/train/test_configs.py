@@ -9,7 +9,9 @@ import pytest
 from agentrl.config import load_config
 from agentrl.errors import ConfigError
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").rglob("*.yaml"))
+ROOT = Path(__file__).resolve().parents[2] / "configs"
+STUDIES = sorted((ROOT / "studies").glob("*.yaml"))  # study files (agentrl study), not run configs
+CONFIGS = sorted(p for p in ROOT.rglob("*.yaml") if p not in STUDIES)
 
 
 def test_there_are_configs():
@@ -26,6 +28,16 @@ def test_config_parses_and_validates(path):
     from agentrl.registry import ADVANTAGES, LOSSES
 
     assert config.algo.advantage in ADVANTAGES and config.algo.loss in LOSSES
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.name)
+def test_study_config_builds_every_run(path, tmp_path):
+    from agentrl.train.study import load_study, plan
+
+    study = load_study(path, [f"out_dir={tmp_path}"])
+    runs = plan(study)
+    # one warm-up per seed plus one run per method and seed, each a validated RunConfig
+    assert len(runs) == len(study.seeds) * (1 + len(study.methods))
 
 
 @pytest.mark.parametrize(
