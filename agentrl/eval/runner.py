@@ -106,15 +106,18 @@ def run_scripted(
 ) -> list[tuple[Episode, float]]:
     """Run ``jobs`` on ``concurrency`` threads, each with its own env per part (in Ray actors with ``remote``)."""
     local = threading.local()
+    made: list[Any] = []  # local envs, closed at the end so their sandboxes go back to the pool now
 
     def run(job: Job) -> tuple[Episode, float]:
         envs = local.__dict__.setdefault("envs", {})
         start = time.perf_counter()
         try:
             if job.part.env_id not in envs:
-                envs[job.part.env_id] = (
-                    make_part_env(job.part, suite.split) if remote is None else remote[job.part.env_id]()
-                )
+                if remote is None:
+                    envs[job.part.env_id] = make_part_env(job.part, suite.split)
+                    made.append(envs[job.part.env_id])
+                else:
+                    envs[job.part.env_id] = remote[job.part.env_id]()
             env = envs[job.part.env_id]
             episode = play_scripted(env, make_agent(env, job), job, suite.split)
         except Exception as exc:  # noqa: BLE001 - recorded on the episode and reported, never silenced
@@ -124,8 +127,12 @@ def run_scripted(
             episode = failed_episode(job, detail)
         return episode, time.perf_counter() - start
 
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        results = list(pool.map(run, jobs))
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            results = list(pool.map(run, jobs))
+    finally:
+        for env in made:  # not left to the garbage collector: a later eval may wait for these boxes
+            env.close()
     return results
 
 

@@ -191,3 +191,15 @@ def test_stratified_sample_covers_subsets() -> None:
     assert picked == sorted(picked, key=lambda t: int(t.id))
     assert stratified_sample(tasks, 6, lambda t: str(t.level), "0") == picked
     assert len(stratified_sample(tasks, 99, lambda t: str(t.level), "1")) == 99
+
+
+@pytest.mark.docker
+def test_an_eval_gives_its_sandboxes_back_when_it_returns():
+    """The eval's envs are closed when it returns (not left to the garbage collector): a second eval
+    in the same process must find the pool's boxes free, and no slot is still leased."""
+    from agentrl.tools import python as python_tool
+
+    first = evaluate("local-gaia", "oracle", limit=1, concurrency=1)
+    assert not [slot for slot in python_tool._LIVE_SLOTS if slot.leased]
+    second = evaluate("local-gaia", "oracle", limit=1, concurrency=1)
+    assert first.metrics["overall"]["success_rate"] == second.metrics["overall"]["success_rate"] == 1.0
