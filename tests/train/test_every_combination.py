@@ -165,6 +165,7 @@ def run_pair(world, advantage: str, loss_name: str) -> dict[str, float]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(ADVANTAGES._entries, advantage, dataclasses.replace(estimator, call=spy_call))
         patch.setitem(LOSSES._entries, loss_name, dataclasses.replace(loss, fn=spy_fn))
+        step = dataclasses.replace(step, plan=objective_plan(config))  # the plan that calls the spies
         ref = score_tokens(engine, tokens, 4, reference=True)["logp"]
         adv, returns, batch = compute_advantages(step)
         metrics = ppo_update(engine, step, batch, adv, returns, ref, rng=torch.Generator().manual_seed(0))
