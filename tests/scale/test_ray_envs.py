@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import signal
 import sys
@@ -140,35 +142,46 @@ def test_an_episode_lost_with_its_actor_is_rerun_when_configured(ray_cluster, to
     ]  # the rerun is the same episode
 
 
-def _hanging_lookup_env():
-    """The toy lookup env whose tool sleeps 60 s on task k2 (the actor's copy of the class hangs)."""
+def _hanging_lookup_env(hang_s: float = 60):
+    """The toy lookup env whose tool sleeps ``hang_s`` on task k2, once per actor process (a hung
+    call at 60 s, a slow node at 120 s)."""
     from tests.rollout.toy import LookupEnv, make_lookup_env
 
-    LookupEnv.faults = {"hang_on": "k2", "hang_s": 60}
+    LookupEnv.faults = {"hang_on": "k2", "hang_s": hang_s}
     LookupEnv.hangs_left["count"] = 1
     return make_lookup_env()
 
 
-def test_a_hung_remote_call_times_out_and_fails_only_its_episode(ray_cluster, tokenizer):
+@contextlib.contextmanager
+def _test_code_shipped_by_value():
+    """The actors run in other processes: ship the test's env code by value, not by module name."""
     import ray.cloudpickle
 
     import tests.rollout.toy
+
+    modules = (tests.rollout.toy, sys.modules[__name__])
+    for module in modules:
+        ray.cloudpickle.register_pickle_by_value(module)
+    try:
+        yield
+    finally:
+        for module in modules:
+            ray.cloudpickle.unregister_pickle_by_value(module)
+
+
+def test_a_hung_remote_call_times_out_and_fails_only_its_episode(ray_cluster, tokenizer):
     from agentrl.rollout.generators.scripted import ScriptedGenerator
     from agentrl.rollout.remote_env import RayEnvs, RaySettings
     from agentrl.rollout.runner import run_episodes
     from tests.rollout.test_agent import lookup_script
 
-    # the actors run in other processes: ship the test's env code by value, not by module name
-    ray.cloudpickle.register_pickle_by_value(tests.rollout.toy)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    envs = RayEnvs(_hanging_lookup_env, None, RaySettings(num_cpus_per_env=0.25, call_timeout_s=10))
-    try:
-        gen = ScriptedGenerator(tokenizer, lookup_script)
-        episodes = run_episodes(envs, ["k1", "k2", "k3"], gen, tokenizer, _config())
-    finally:
-        envs.shutdown()
-        ray.cloudpickle.unregister_pickle_by_value(tests.rollout.toy)
-        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    with _test_code_shipped_by_value():
+        envs = RayEnvs(_hanging_lookup_env, None, RaySettings(num_cpus_per_env=0.25, call_timeout_s=10))
+        try:
+            gen = ScriptedGenerator(tokenizer, lookup_script)
+            episodes = run_episodes(envs, ["k1", "k2", "k3"], gen, tokenizer, _config())
+        finally:
+            envs.shutdown()
     assert [e.failed for e in episodes] == [False, True, False]
     hung = episodes[1]
     assert "remote env step took over 10s" in hung.error and "env.ray_call_timeout_s" in hung.error, (
@@ -177,43 +190,29 @@ def test_a_hung_remote_call_times_out_and_fails_only_its_episode(ray_cluster, to
     assert [e.outcome for e in episodes if not e.failed] == [1.0, 1.0]
 
 
-def _slow_node_lookup_env():
-    """The toy lookup env whose step on task k2 takes 120 s (a slow node), once per actor process."""
-    from tests.rollout.toy import LookupEnv, make_lookup_env
-
-    LookupEnv.faults = {"hang_on": "k2", "hang_s": 120}
-    LookupEnv.hangs_left["count"] = 1
-    return make_lookup_env()
-
-
 def test_a_slow_remote_step_does_not_hold_the_run_past_the_watchdog(ray_cluster, tokenizer):
     import time
 
-    import ray.cloudpickle
-
-    import tests.rollout.toy
     from agentrl.rollout.generators.scripted import ScriptedGenerator
     from agentrl.rollout.remote_env import RayEnvs, RaySettings
     from agentrl.rollout.runner import run_episodes
     from tests.rollout.test_agent import lookup_script
 
-    ray.cloudpickle.register_pickle_by_value(tests.rollout.toy)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    # the per-call timeout is far away: only the runner's watchdog can stop the slow step
-    envs = RayEnvs(_slow_node_lookup_env, None, RaySettings(num_cpus_per_env=0.25, call_timeout_s=600))
-    try:
-        gen = ScriptedGenerator(tokenizer, lookup_script)
-        run_episodes(envs, ["k1", "k3", "k1"], gen, tokenizer, _config())  # three warm actors
-        stats = RunStats()
-        start = time.monotonic()
-        config = _config(watchdog_s=10.0)
-        episodes = run_episodes(envs, ["k1", "k2", "k3"], gen, tokenizer, config, stats=stats)
-        returned_after = time.monotonic() - start
-        alive = len(envs.actors)
-    finally:
-        envs.shutdown()
-        ray.cloudpickle.unregister_pickle_by_value(tests.rollout.toy)
-        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    slow_node = functools.partial(_hanging_lookup_env, 120)
+    with _test_code_shipped_by_value():
+        # the per-call timeout is far away: only the runner's watchdog can stop the slow step
+        envs = RayEnvs(slow_node, None, RaySettings(num_cpus_per_env=0.25, call_timeout_s=600))
+        try:
+            gen = ScriptedGenerator(tokenizer, lookup_script)
+            run_episodes(envs, ["k1", "k3", "k1"], gen, tokenizer, _config())  # three warm actors
+            stats = RunStats()
+            start = time.monotonic()
+            config = _config(watchdog_s=10.0)
+            episodes = run_episodes(envs, ["k1", "k2", "k3"], gen, tokenizer, config, stats=stats)
+            returned_after = time.monotonic() - start
+            alive = len(envs.actors)
+        finally:
+            envs.shutdown()
     assert [e.failed for e in episodes] == [False, True, False]
     assert "watchdog: no progress" in episodes[1].error and "rollout.watchdog_s" in episodes[1].error
     assert stats.watchdog_fired == 1
