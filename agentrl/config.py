@@ -282,6 +282,8 @@ class TrainConfig:
     """Supervised warm-up steps on oracle demonstrations before RL."""
     sft_lr: float = 1e-4
     """Learning rate of the supervised warm-up."""
+    sft_temperature: float | None = None
+    """Temperature of the warm-up's NLL (logits / T). Unset: rollout.temperature (sampling at it then reproduces the fitted demonstrations; resolved value printed and saved). 1.0 fits the model's own distribution, as plain SFT does, and sampling at a lower rollout.temperature is then sharper than the demonstrations."""
     sft_demos: int = 64
     """Training tasks the oracle demonstrates for the warm-up (successful ones are used)."""
     sft_batch_size: int = 8
@@ -339,6 +341,12 @@ class TrainConfig:
             )
         if self.ppo_epochs < 1:
             raise ConfigError(f"{prefix}.ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
+        if self.sft_temperature is not None and not self.sft_temperature > 0:
+            raise ConfigError(
+                f"{prefix}.sft_temperature",
+                f"must be > 0, got {self.sft_temperature}",
+                "use 1.0 for plain SFT, or leave it unset for rollout.temperature",
+            )
 
 
 @dataclass(frozen=True)

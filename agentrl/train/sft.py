@@ -22,8 +22,11 @@ from agentrl.trajectory import Episode, build_batch
 
 def sft_warmup(policy: Policy, demos: Sequence[Episode], *, steps: int, lr: float, batch_size: int,
                micro_batch_size: int, seed: int = 0, pad_id: int = 0, max_grad_norm: float = 1.0,
-               log: Any = None) -> list[float]:  # fmt: skip
+               log: Any = None, temperature: float | None = None) -> list[float]:  # fmt: skip
     """``steps`` AdamW steps of token-mean NLL on random batches of demonstrations.
+
+    The NLL is of ``logits / temperature`` (``None``: the policy's own, i.e. the sampler's
+    temperature, as the RL loss uses); the policy's temperature is restored afterwards.
 
     Returns:
         The loss of each step.
@@ -41,27 +44,33 @@ def sft_warmup(policy: Policy, demos: Sequence[Episode], *, steps: int, lr: floa
     device = policy.lm.device
     policy.train()
     losses = []
-    for step in range(steps):
-        chosen = rng.sample(usable, min(batch_size, len(usable)))
-        tokens = build_batch(chosen, pad_id=pad_id)
-        total_tokens = tokens.loss_mask.sum().clamp_min(1)
-        loss_value = 0.0
-        for start in range(0, len(chosen), micro_batch_size):
-            rows = slice(start, start + micro_batch_size)
-            length = int(tokens.attention_mask[rows].sum(1).max())
-            ids = tokens.input_ids[rows, :length].to(device)
-            mask = tokens.attention_mask[rows, :length].to(device)
-            loss_mask = tokens.loss_mask[rows, :length].to(device)
-            out = policy(ids, mask, loss_mask)
-            loss = -(out.logp * loss_mask).sum() / total_tokens
-            loss.backward()
-            loss_value += float(loss.detach())
-        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss_value)
-        if log is not None:
-            log(step, {"sft/loss": loss_value})
+    rl_temperature = policy.temperature
+    if temperature is not None:
+        policy.temperature = temperature
+    try:
+        for step in range(steps):
+            chosen = rng.sample(usable, min(batch_size, len(usable)))
+            tokens = build_batch(chosen, pad_id=pad_id)
+            total_tokens = tokens.loss_mask.sum().clamp_min(1)
+            loss_value = 0.0
+            for start in range(0, len(chosen), micro_batch_size):
+                rows = slice(start, start + micro_batch_size)
+                length = int(tokens.attention_mask[rows].sum(1).max())
+                ids = tokens.input_ids[rows, :length].to(device)
+                mask = tokens.attention_mask[rows, :length].to(device)
+                loss_mask = tokens.loss_mask[rows, :length].to(device)
+                out = policy(ids, mask, loss_mask)
+                loss = -(out.logp * loss_mask).sum() / total_tokens
+                loss.backward()
+                loss_value += float(loss.detach())
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss_value)
+            if log is not None:
+                log(step, {"sft/loss": loss_value})
+    finally:
+        policy.temperature = rl_temperature
     return losses
 
 

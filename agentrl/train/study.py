@@ -51,7 +51,7 @@ STUDY_SET = {
 }
 # a method may not change the warm-up: every arm starts from the one checkpoint
 ARM_ONLY_SET = {f"train.{k}": "the warm-up is shared: set it in the study's overrides"
-                for k in ("sft_warmup_steps", "sft_lr", "sft_demos", "sft_batch_size", "oracle")}  # fmt: skip
+                for k in ("sft_warmup_steps", "sft_lr", "sft_temperature", "sft_demos", "sft_batch_size", "oracle")}  # fmt: skip
 KEYS = ("name", "base", "overrides", "methods", "baseline", "seeds", "episodes", "eval_tasks", "out_dir")
 
 

@@ -215,7 +215,10 @@ def train(config: RunConfig) -> dict[str, Any]:
         )
     # train.bf16_autocast: auto -> measured on this machine (agentrl.train.precision); saved resolved
     precision = resolve_bf16(train_cfg.bf16_autocast, model, rows=train_cfg.micro_batch_size)
-    config = dataclasses.replace(config, train=dataclasses.replace(train_cfg, bf16_autocast=precision.bf16))
+    # train.sft_temperature unset -> the sampler's (greedy: 1), as the policy divides logits by it
+    sft_temperature = train_cfg.sft_temperature or (config.rollout.temperature or 1.0)
+    config = dataclasses.replace(config, train=dataclasses.replace(
+        train_cfg, bf16_autocast=precision.bf16, sft_temperature=sft_temperature))  # fmt: skip
     train_cfg = config.train
     progress.print(precision.line())
     policy = build_policy(model, config)
@@ -255,7 +258,8 @@ def train(config: RunConfig) -> dict[str, Any]:
         with progress.phase("warm-up demonstrations", wanted, unit="episode", per_step=False) as phase:
             demos = rollouts.demonstrations(train_cfg.sft_demos, train_cfg.oracle, train_cfg.seed,
                                             on_episode=phase.on_episode("success"))  # fmt: skip
-        logger.console.print(f"warm-up: {sum(not d.failed and d.outcome > 0 for d in demos)} demonstrations")
+        logger.console.print(f"warm-up: {sum(not d.failed and d.outcome > 0 for d in demos)} demonstrations, "
+                             f"NLL at temperature {train_cfg.sft_temperature:g} (train.sft_temperature)")  # fmt: skip
         sft_steps = train_cfg.sft_warmup_steps
         with progress.phase("warm-up", sft_steps) as phase:
             # warm-up steps are logged at steps -sft_steps .. -1 (RL starts at 1), so curve.png shows them
@@ -265,7 +269,8 @@ def train(config: RunConfig) -> dict[str, Any]:
 
             losses = sft_warmup(policy, demos, steps=sft_steps, lr=train_cfg.sft_lr, log=sft_log,
                                 batch_size=train_cfg.sft_batch_size, micro_batch_size=train_cfg.micro_batch_size,
-                                seed=train_cfg.seed, pad_id=pad_id, max_grad_norm=train_cfg.max_grad_norm)  # fmt: skip
+                                seed=train_cfg.seed, pad_id=pad_id, max_grad_norm=train_cfg.max_grad_norm,
+                                temperature=train_cfg.sft_temperature)  # fmt: skip
         logger.log(0, {"sft/loss_first": losses[0], "sft/loss_last": losses[-1],
                        "perf/sft_s": time.perf_counter() - t0}, echo=("sft/loss_first", "sft/loss_last"))  # fmt: skip
 
