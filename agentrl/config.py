@@ -496,23 +496,36 @@ def _scalar(raw: str) -> Any:
     return value
 
 
+class _Whole(dict):
+    """A mapping given whole in an override (``env.kwargs={}``): it replaces the file's mapping
+    instead of being merged into it, so ``key={}`` clears and ``key={a: 1}`` sets exactly that."""
+
+
 def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """``["train.lr=1e-5", "rollout.group_size=8"]`` -> nested dict (values parsed as YAML scalars)."""
+    """``["train.lr=1e-5", "rollout.group_size=8"]`` -> nested dict (values parsed as YAML scalars).
+    Dotted keys merge into the config file's sections (``env.kwargs.hops=multi`` changes one key);
+    a mapping given to a field replaces the file's mapping (``env.kwargs={}`` removes every key),
+    while one given to a whole section merges (``train={steps: 3}`` changes only ``steps``)."""
     tree: dict[str, Any] = {}
     for item in overrides:
         if "=" not in item:
             raise ConfigError(item, "override must look like section.field=value", "e.g. train.steps=10")
         key, _, raw = item.partition("=")
-        _set_dotted(tree, key.strip(), _scalar(raw))
+        key, value = key.strip(), _scalar(raw)
+        whole = isinstance(value, dict) and "." in key  # a field's mapping; a section (train={..}) merges
+        _set_dotted(tree, key, _Whole(value) if whole else value)
     return tree
 
 
 def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in update.items():
-        out[key] = (
-            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-        )
+        if isinstance(value, _Whole):
+            out[key] = dict(value)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
     return out
 
 

@@ -21,6 +21,19 @@ def test_overrides_parse_yaml_scalars():
     assert parse_overrides(["a.b=1", "a.c=true", "d=x y", "e.f=1e-3"]) == {"a": {"b": 1, "c": True}, "d": "x y", "e": {"f": 1e-3}}
 
 
+def test_a_mapping_given_to_a_field_replaces_it_a_section_mapping_merges(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("env:\n  kwargs: {hops: single, level: 1}\ntrain:\n  lr: 3.0e-5\n")
+    # dotted keys change one entry; a mapping given to the field is the whole new value
+    one_key = load_config(path, ["env.kwargs.hops=multi"], validate=False).env.kwargs
+    assert one_key == {"hops": "multi", "level": 1}
+    assert load_config(path, ["env.kwargs={}"], validate=False).env.kwargs == {}
+    assert load_config(path, ["env.kwargs={level: 2}"], validate=False).env.kwargs == {"level": 2}
+    # a section given as a mapping merges: the file's lr stays
+    train = load_config(path, ["train={steps: 3}"], validate=False).train
+    assert (train.steps, train.lr) == (3, 3e-5)
+
+
 @pytest.mark.parametrize(
     "override, field, fix",
     [
