@@ -77,15 +77,15 @@ def _episode(episode: Any, root: str = "") -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- the cases
 def _rollout(tokenizer: Any, script: Any, tasks: list[str], *, env_turns: int = 6, **agent: Any) -> list[Any]:
-    from agentrl.rollout.agent import AgentConfig
     from agentrl.rollout.generators.scripted import ScriptedGenerator
-    from agentrl.rollout.runner import RunnerConfig, run_episodes
+    from agentrl.rollout.runner import run_episodes
+    from agentrl.rollout.settings import RolloutConfig
 
     gen = ScriptedGenerator(tokenizer, script, logprob=-0.25)
-    config = RunnerConfig(
-        agent=AgentConfig(**{"max_new_tokens": 96, **agent}), concurrency=2, group_size=2, progress=False
+    config = RolloutConfig(**{"max_new_tokens": 96, **agent}, concurrency=2, group_size=2)
+    return run_episodes(
+        lambda: make_lookup_env(max_turns=env_turns), tasks, gen, tokenizer, config, seed=7, progress=False
     )
-    return run_episodes(lambda: make_lookup_env(max_turns=env_turns), tasks, gen, tokenizer, config, seed=7)
 
 
 def _never_answers(prompt: str, index: int) -> str:
@@ -124,19 +124,19 @@ RETURN_IN_MAIN = '<tool_call>{"name": "return", "arguments": {"message": "done"}
 def _oracles(tokenizer: Any, env_id: str, oracle: str, template_mode: str = "concat") -> list[Any]:
     import agentrl
     from agentrl.registry import load_entry_point
-    from agentrl.rollout.agent import AgentConfig
-    from agentrl.rollout.runner import RunnerConfig, run_oracle_episodes
+    from agentrl.rollout.runner import run_oracle_episodes
+    from agentrl.rollout.settings import RolloutConfig
 
     probe = agentrl.make(env_id)
     tasks = list(probe.unwrapped.load_tasks("train"))[:3]
     probe.close()
-    config = RunnerConfig(
-        agent=AgentConfig(max_new_tokens=512, max_context_tokens=4096, template_mode=template_mode),
-        concurrency=2,
-        progress=False,
-        env_kwargs={"max_turns": 6},
+    config = RolloutConfig(
+        max_new_tokens=512, max_context_tokens=4096, template_mode=template_mode, concurrency=2, group_size=1
     )
-    return run_oracle_episodes(env_id, tasks, load_entry_point(oracle), tokenizer, config, seed=5)
+    return run_oracle_episodes(
+        env_id, tasks, load_entry_point(oracle), tokenizer, config, seed=5, progress=False,
+        env_kwargs={"max_turns": 6},
+    )  # fmt: skip
 
 
 def _eval(suite: str, agent: str, limit: int = 2) -> dict[str, Any]:
@@ -286,11 +286,11 @@ def _first_task(env_id: str) -> str:
 
 
 def _oracle_lookup(tokenizer: Any) -> list[Any]:
-    from agentrl.rollout.agent import AgentConfig
-    from agentrl.rollout.runner import RunnerConfig, run_oracle_episodes
+    from agentrl.rollout.runner import run_oracle_episodes
+    from agentrl.rollout.settings import RolloutConfig
 
-    config = RunnerConfig(agent=AgentConfig(max_new_tokens=64), concurrency=2, progress=False)
-    return run_oracle_episodes(make_lookup_env, ["k1", "k2"], LookupOracle, tokenizer, config)
+    config = RolloutConfig(max_new_tokens=64, concurrency=2, group_size=1)
+    return run_oracle_episodes(make_lookup_env, ["k1", "k2"], LookupOracle, tokenizer, config, progress=False)
 
 
 def _run_case(name: str, tokenizer: Any, tmp_path: Path) -> Any:

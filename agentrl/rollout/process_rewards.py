@@ -52,7 +52,7 @@ class ProcessRewardConfig:
 
     @classmethod
     def from_settings(cls, settings: Any) -> ProcessRewardConfig:
-        """From any object with the rollout fields (RolloutConfig, AgentConfig)."""
+        """From the rollout settings (:class:`~agentrl.rollout.settings.RolloutConfig`)."""
         return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
 
 
@@ -61,7 +61,7 @@ SETTINGS = ("unfolded_penalty", "unfolded_threshold", "failure_penalty", "scope_
 
 
 def check_settings(settings: Any, prefix: str = "rollout") -> None:
-    """Validate the process-reward fields of a RolloutConfig / AgentConfig (one check for both).
+    """Validate the process-reward fields of the rollout settings (part of RolloutConfig.validate).
 
     Raises ConfigError naming the field: penalties must be finite and <= 0, the threshold in
     (0, 1], the judge one of :data:`JUDGES` (``openai`` needs a URL), the timeout > 0; and a

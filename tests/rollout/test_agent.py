@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from agentrl.rollout.agent import AgentConfig
 from agentrl.rollout.generators.scripted import ScriptedGenerator
-from agentrl.rollout.runner import RunnerConfig, run_episodes, run_oracle_episodes
+from agentrl.rollout.runner import run_episodes, run_oracle_episodes
+from agentrl.rollout.settings import RolloutConfig
 from agentrl.rollout.template import with_template
 from agentrl.trajectory import Source, build_batch, read_jsonl
 
@@ -30,13 +30,13 @@ def lookup_script(prompt: str, _index: int) -> str:
     return "<think>try</think>" + CALL.format(key="zz")
 
 
-def config(**agent):
-    return RunnerConfig(agent=AgentConfig(max_new_tokens=64, **agent), concurrency=4, progress=False)
+def config(**settings):
+    return RolloutConfig(max_new_tokens=64, **settings, concurrency=4, group_size=1)
 
 
 def test_token_in_token_out_invariant_over_a_scripted_episode(tokenizer):
     gen = ScriptedGenerator(tokenizer, lookup_script, logprob=-0.25)
-    (episode,) = run_episodes(make_lookup_env, ["k3"], gen, tokenizer, config())
+    (episode,) = run_episodes(make_lookup_env, ["k3"], gen, tokenizer, config(), progress=False)
     assert episode.error is None and episode.outcome == 1.0 and episode.answer == "v3"
     assert [s.kind for s in episode.segments] == ["main"]
     seg = episode.segments[0]
@@ -70,7 +70,14 @@ def test_group_rollouts_share_a_group_id_and_stream_to_disk(tokenizer, tmp_path)
     gen = ScriptedGenerator(tokenizer, lookup_script)
     out = tmp_path / "episodes.jsonl"
     episodes = run_episodes(
-        make_lookup_env, ["k1", "k2"], gen, tokenizer, config(), group_size=3, out_path=out
+        make_lookup_env,
+        ["k1", "k2"],
+        gen,
+        tokenizer,
+        config(),
+        group_size=3,
+        out_path=out,
+        progress=False,
     )
     assert len(episodes) == 6 and all(e.outcome == 1.0 for e in episodes)
     assert len({e.group_id for e in episodes[:3]}) == 1 and episodes[0].group_id != episodes[3].group_id
@@ -83,7 +90,7 @@ def test_history_rewriting_template_falls_back_to_one_row_per_turn(tokenizer):
         tokenizer, (FIXTURES / "reasoning_stripping.jinja").read_text(), agentrl_name="qwen3-style"
     )
     gen = ScriptedGenerator(rewriting, lookup_script)
-    (episode,) = run_episodes(make_lookup_env, ["k5"], gen, rewriting, config())
+    (episode,) = run_episodes(make_lookup_env, ["k5"], gen, rewriting, config(), progress=False)
     assert episode.error is None and episode.outcome == 1.0
     assert [s.kind for s in episode.segments] == ["turn", "turn", "turn"]
     for seg, (fed, out) in zip(episode.segments, gen.calls, strict=True):
@@ -103,7 +110,9 @@ def test_length_cut_turn_gets_the_end_of_turn_from_the_template(tokenizer):
 
 
 def test_oracle_episodes_are_demonstrations_with_zero_logprobs(tokenizer):
-    episodes = run_oracle_episodes(make_lookup_env, ["k2", "k6"], LookupOracle, tokenizer, config())
+    episodes = run_oracle_episodes(
+        make_lookup_env, ["k2", "k6"], LookupOracle, tokenizer, config(), progress=False
+    )
     assert [e.outcome for e in episodes] == [1.0, 1.0]
     turns = episodes[0].segments[0].turns
     assert len(turns) == 2 and all(lp == 0.0 for t in turns for lp in t.output_logprobs)
@@ -115,7 +124,7 @@ def test_ground_truth_scoring_after_prompt_and_each_turn(tokenizer, tiny):
     from agentrl.rollout.scoring import ground_truth_logprobs, score_contexts
 
     gen = ScriptedGenerator(tokenizer, lookup_script)
-    (episode,) = run_episodes(make_lookup_env, ["k3"], gen, tokenizer, config())
+    (episode,) = run_episodes(make_lookup_env, ["k3"], gen, tokenizer, config(), progress=False)
     scorer = HFGenerator(tiny, tokenizer)
     (scores,) = ground_truth_logprobs(scorer, tokenizer, [episode])
     contexts = score_contexts(episode)

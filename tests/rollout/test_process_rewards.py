@@ -10,7 +10,6 @@ import pytest
 
 from agentrl.errors import ConfigError
 from agentrl.rollout import folding
-from agentrl.rollout.agent import AgentConfig
 from agentrl.rollout.generators.scripted import ScriptedGenerator
 from agentrl.rollout.process_rewards import (
     BranchCase,
@@ -21,8 +20,9 @@ from agentrl.rollout.process_rewards import (
     assign_process_rewards,
     branch_cases,
 )
-from agentrl.rollout.runner import RunnerConfig, RunStats, run_episodes
+from agentrl.rollout.runner import RunStats, run_episodes
 from agentrl.rollout.server import BackgroundServer, build_app
+from agentrl.rollout.settings import RolloutConfig
 from agentrl.trajectory import build_batch, load, save
 
 from .test_agent import CALL
@@ -67,15 +67,22 @@ def scripted(tokenizer, answer: str = "v4") -> ScriptedGenerator:
     return ScriptedGenerator(tokenizer, respond)
 
 
-def config(**agent) -> RunnerConfig:
-    agent = {"max_new_tokens": 96, "folding": "branch", "max_context_tokens": 4096, **agent}
-    return RunnerConfig(agent=AgentConfig(**agent), concurrency=1, progress=False)
+def config(**settings) -> RolloutConfig:
+    settings = {"max_new_tokens": 96, "folding": "branch", "max_context_tokens": 4096, **settings}
+    return RolloutConfig(**settings, concurrency=1, group_size=1)
 
 
 def run(tokenizer, stats: RunStats | None = None, judge=None, answer: str = "v4", **agent):
     gen = scripted(tokenizer, answer)
     (episode,) = run_episodes(
-        make_lookup_env, ["k4"], gen, tokenizer, config(**agent), stats=stats, judge=judge
+        make_lookup_env,
+        ["k4"],
+        gen,
+        tokenizer,
+        config(**agent),
+        stats=stats,
+        judge=judge,
+        progress=False,
     )
     assert episode.error is None, episode.error
     return episode
@@ -180,11 +187,11 @@ def test_records_round_trip_with_process_rewards(tokenizer, tmp_path):
 
 def test_no_process_rewards_without_branch_folding(tokenizer):
     gen = ScriptedGenerator(tokenizer, lambda p, i: "<answer>v4</answer>")
-    (episode,) = run_episodes(make_lookup_env, ["k4"], gen, tokenizer, config(folding="none"))
+    (episode,) = run_episodes(make_lookup_env, ["k4"], gen, tokenizer, config(folding="none"), progress=False)
     assert [t.process_reward for t in episode.turns] == [None]
     assert not any(k.startswith("process/") for k in episode.metrics)
     with pytest.raises(ConfigError, match=r"rollout.scope_penalty.*only with rollout.folding=branch"):
-        AgentConfig(folding="none", scope_penalty=-0.5).validate()
+        RolloutConfig(folding="none", scope_penalty=-0.5).validate()
 
 
 def test_branch_cases_read_from_the_record(tokenizer):
@@ -234,7 +241,12 @@ def test_llm_judge_over_the_policys_own_generator(tokenizer):
     """scope_judge=policy: the judge prompts go through the rollout's batcher to the same generator."""
     gen = scripted(tokenizer)
     (episode,) = run_episodes(
-        make_lookup_env, ["k4"], gen, tokenizer, config(scope_judge="policy", unfolded_threshold=1.0)
+        make_lookup_env,
+        ["k4"],
+        gen,
+        tokenizer,
+        config(scope_judge="policy", unfolded_threshold=1.0),
+        progress=False,
     )
     judged = [tokenizer.decode(prompt) for prompt, _ in gen.calls if JUDGE_MARK in tokenizer.decode(prompt)]
     assert len(judged) == 2 and "key k4 has the value v4" in judged[0] and "Paris weather" in judged[1]
@@ -260,7 +272,7 @@ def test_llm_judge_over_an_openai_compatible_server(tokenizer):
 def test_a_failing_judge_fails_only_its_episode(tokenizer):
     judge = LLMScopeJudge.over_openai("http://127.0.0.1:9/v1", "judge", timeout_s=2.0)
     gen = scripted(tokenizer)
-    (episode,) = run_episodes(make_lookup_env, ["k4"], gen, tokenizer, config(), judge=judge)
+    (episode,) = run_episodes(make_lookup_env, ["k4"], gen, tokenizer, config(), judge=judge, progress=False)
     assert episode.failed and "scope judge at http://127.0.0.1:9/v1" in episode.error
 
 
@@ -277,6 +289,7 @@ def test_policy_judge_needs_a_generator(tokenizer):
             tokenizer,
             config(scope_judge="policy"),
             policy_factory=lambda: OraclePolicy(LookupOracle(), tokenizer),
+            progress=False,
         )
 
 

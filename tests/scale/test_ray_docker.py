@@ -15,8 +15,7 @@ import signal
 import pytest
 
 from agentrl.envs.code.oracle import CodeOracle, call
-from agentrl.rollout.agent import AgentConfig
-from agentrl.rollout.runner import RunnerConfig
+from agentrl.rollout.settings import RolloutConfig
 from tests.scale.test_ray_envs import _canonical
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
@@ -25,13 +24,9 @@ ENV_ID = "agentrl/Code-v0"
 ENV_KWARGS = {"sandbox_backend": "docker", "pool_size": 2, "n_tasks": 8}
 
 
-def _config(concurrency: int = 4) -> RunnerConfig:
+def _config(concurrency: int = 4) -> RolloutConfig:
     # the oracle's first cell carries a whole solution program: room for it in one turn
-    return RunnerConfig(
-        agent=AgentConfig(max_new_tokens=2048, max_context_tokens=8192),
-        concurrency=concurrency,
-        progress=False,
-    )
+    return RolloutConfig(max_new_tokens=2048, max_context_tokens=8192, concurrency=concurrency, group_size=1)
 
 
 def _tasks(n: int) -> list:
@@ -72,12 +67,20 @@ def test_docker_sandbox_in_ray_actors_gives_the_local_episodes(ray_cluster, toke
 
     tasks = _tasks(4)
     local = run_oracle_episodes(
-        lambda: agentrl.make(ENV_ID, **ENV_KWARGS), tasks, CodeOracle, tokenizer, _config(), seed=5
+        lambda: agentrl.make(ENV_ID, **ENV_KWARGS),
+        tasks,
+        CodeOracle,
+        tokenizer,
+        _config(),
+        seed=5,
+        progress=False,
     )
     envs = _ray_envs(ENV_KWARGS, envs_per_actor=2, services=services)
     try:
         stats = RunStats()
-        remote = run_oracle_episodes(envs, tasks, CodeOracle, tokenizer, _config(), seed=5, stats=stats)
+        remote = run_oracle_episodes(
+            envs, tasks, CodeOracle, tokenizer, _config(), seed=5, stats=stats, progress=False
+        )
         nodes = {envs.ray.get(a.where.remote())["node_id"] for a in envs.actors}
         actor_pids = {envs.ray.get(a.where.remote())["pid"] for a in envs.actors}
         backends = [envs.ray.get(a.sandbox_pools.remote()) for a in envs.actors]
@@ -129,7 +132,9 @@ def test_each_episode_on_an_actor_leases_a_pristine_box(ray_cluster, tokenizer):
     config = _config(concurrency=1)
     try:
         stats = RunStats()
-        episodes = run_oracle_episodes(envs, tasks, PlantingAgent, tokenizer, config, seed=0, stats=stats)
+        episodes = run_oracle_episodes(
+            envs, tasks, PlantingAgent, tokenizer, config, seed=0, stats=stats, progress=False
+        )
         (actor,) = envs.actors
         (pool,) = envs.ray.get(actor.sandbox_pools.remote())
     finally:
@@ -149,7 +154,9 @@ def test_actors_on_one_node_lease_from_that_nodes_pool(ray_cluster, tokenizer):
     envs = _ray_envs(ENV_KWARGS, envs_per_actor=1)
     try:
         stats = RunStats()
-        episodes = run_oracle_episodes(envs, tasks, CodeOracle, tokenizer, _config(), seed=1, stats=stats)
+        episodes = run_oracle_episodes(
+            envs, tasks, CodeOracle, tokenizer, _config(), seed=1, stats=stats, progress=False
+        )
         placed = [
             (envs.ray.get(a.where.remote()), envs.ray.get(a.sandbox_pools.remote())) for a in envs.actors
         ]
@@ -197,7 +204,14 @@ def test_a_box_held_by_a_dead_actor_goes_back_to_the_node_pool(ray_cluster, toke
     try:
         stats = RunStats()
         episodes = run_oracle_episodes(
-            envs, tasks, KillWhileLeased, tokenizer, _config(concurrency=1), seed=0, stats=stats
+            envs,
+            tasks,
+            KillWhileLeased,
+            tokenizer,
+            _config(concurrency=1),
+            seed=0,
+            stats=stats,
+            progress=False,
         )
         (actor,) = envs.actors
         (pool,) = envs.ray.get(actor.sandbox_pools.remote())
@@ -223,12 +237,20 @@ def test_sql_env_through_the_node_pool_gives_the_local_episodes(ray_cluster, tok
     tasks = list(probe.unwrapped.load_tasks("train"))[:4]
     probe.close()
     local = run_oracle_episodes(
-        lambda: agentrl.make(env_id, **kwargs), tasks, SQLOracle, tokenizer, _config(), seed=0
+        lambda: agentrl.make(env_id, **kwargs),
+        tasks,
+        SQLOracle,
+        tokenizer,
+        _config(),
+        seed=0,
+        progress=False,
     )
     envs = RayEnvs(env_id, kwargs, RaySettings(num_cpus_per_env=0.25, call_timeout_s=90))
     try:
         stats = RunStats()
-        remote = run_oracle_episodes(envs, tasks, SQLOracle, tokenizer, _config(), seed=0, stats=stats)
+        remote = run_oracle_episodes(
+            envs, tasks, SQLOracle, tokenizer, _config(), seed=0, stats=stats, progress=False
+        )
         pools = {p["host"]["pid"]: p for a in envs.actors for p in envs.ray.get(a.sandbox_pools.remote())}
         actor_pids = {envs.ray.get(a.where.remote())["pid"] for a in envs.actors}
     finally:

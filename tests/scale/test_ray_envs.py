@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from agentrl.envs.search.oracle import SearchOracle
-from agentrl.rollout.agent import AgentConfig
-from agentrl.rollout.runner import RunnerConfig, RunStats, run_oracle_episodes
+from agentrl.rollout.runner import RunStats, run_oracle_episodes
+from agentrl.rollout.settings import RolloutConfig
 
 pytestmark = pytest.mark.slow  # a two-node cluster starts in 10-35 s on the shared 2-core machine
 
@@ -29,8 +29,8 @@ def _tasks(n: int) -> list:
     return tasks
 
 
-def _config(**kw) -> RunnerConfig:
-    return RunnerConfig(agent=AgentConfig(max_new_tokens=512), concurrency=4, progress=False, **kw)
+def _config(**kw) -> RolloutConfig:
+    return RolloutConfig(max_new_tokens=512, concurrency=4, group_size=1, **kw)
 
 
 def _canonical(episode) -> dict:
@@ -57,12 +57,20 @@ def test_ray_placement_gives_the_same_episodes_as_local(ray_cluster, tokenizer):
 
     tasks = _tasks(6)
     local = run_oracle_episodes(
-        lambda: agentrl.make(ENV_ID, **ENV_KWARGS), tasks, SearchOracle, tokenizer, _config(), seed=3
+        lambda: agentrl.make(ENV_ID, **ENV_KWARGS),
+        tasks,
+        SearchOracle,
+        tokenizer,
+        _config(),
+        seed=3,
+        progress=False,
     )
     envs = _ray_envs(num_cpus_per_env=0.25, envs_per_actor=2, call_timeout_s=60)
     try:
         stats = RunStats()
-        remote = run_oracle_episodes(envs, tasks, SearchOracle, tokenizer, _config(), seed=3, stats=stats)
+        remote = run_oracle_episodes(
+            envs, tasks, SearchOracle, tokenizer, _config(), seed=3, stats=stats, progress=False
+        )
         nodes = {envs.ray.get(a.where.remote())["node_id"] for a in envs.actors}
     finally:
         envs.shutdown()
@@ -104,10 +112,19 @@ def test_an_env_actor_killed_mid_episode_costs_only_its_episode(ray_cluster, tok
     try:
         stats = RunStats()
         episodes = run_oracle_episodes(
-            envs, tasks, KillOnSecondTurn, tokenizer, _config(), seed=0, stats=stats
+            envs,
+            tasks,
+            KillOnSecondTurn,
+            tokenizer,
+            _config(),
+            seed=0,
+            stats=stats,
+            progress=False,
         )
         # the pool replaced the dead actor: a later run still works
-        (again,) = run_oracle_episodes(envs, [tasks[1]], SearchOracle, tokenizer, _config(), seed=1)
+        (again,) = run_oracle_episodes(
+            envs, [tasks[1]], SearchOracle, tokenizer, _config(), seed=1, progress=False
+        )
     finally:
         envs.shutdown()
     assert [e.failed for e in episodes] == [False, True, False, False]
@@ -128,12 +145,25 @@ def test_an_episode_lost_with_its_actor_is_rerun_when_configured(ray_cluster, to
     try:
         stats = RunStats()
         episodes = run_oracle_episodes(
-            envs, tasks, KillOnSecondTurn, tokenizer, _config(), seed=0, stats=stats
+            envs,
+            tasks,
+            KillOnSecondTurn,
+            tokenizer,
+            _config(),
+            seed=0,
+            stats=stats,
+            progress=False,
         )
     finally:
         envs.shutdown()
     local = run_oracle_episodes(
-        lambda: agentrl.make(ENV_ID, **ENV_KWARGS), tasks, SearchOracle, tokenizer, _config(), seed=0
+        lambda: agentrl.make(ENV_ID, **ENV_KWARGS),
+        tasks,
+        SearchOracle,
+        tokenizer,
+        _config(),
+        seed=0,
+        progress=False,
     )
     assert KillOnSecondTurn.kills_left == 0, "the actor was killed"
     assert stats.retried == 1 and stats.failed == 0
@@ -179,7 +209,7 @@ def test_a_hung_remote_call_times_out_and_fails_only_its_episode(ray_cluster, to
         envs = RayEnvs(_hanging_lookup_env, None, RaySettings(num_cpus_per_env=0.25, call_timeout_s=10))
         try:
             gen = ScriptedGenerator(tokenizer, lookup_script)
-            episodes = run_episodes(envs, ["k1", "k2", "k3"], gen, tokenizer, _config())
+            episodes = run_episodes(envs, ["k1", "k2", "k3"], gen, tokenizer, _config(), progress=False)
         finally:
             envs.shutdown()
     assert [e.failed for e in episodes] == [False, True, False]
@@ -204,11 +234,15 @@ def test_a_slow_remote_step_does_not_hold_the_run_past_the_watchdog(ray_cluster,
         envs = RayEnvs(slow_node, None, RaySettings(num_cpus_per_env=0.25, call_timeout_s=600))
         try:
             gen = ScriptedGenerator(tokenizer, lookup_script)
-            run_episodes(envs, ["k1", "k3", "k1"], gen, tokenizer, _config())  # three warm actors
+            run_episodes(
+                envs, ["k1", "k3", "k1"], gen, tokenizer, _config(), progress=False
+            )  # three warm actors
             stats = RunStats()
             start = time.monotonic()
             config = _config(watchdog_s=10.0)
-            episodes = run_episodes(envs, ["k1", "k2", "k3"], gen, tokenizer, config, stats=stats)
+            episodes = run_episodes(
+                envs, ["k1", "k2", "k3"], gen, tokenizer, config, stats=stats, progress=False
+            )
             returned_after = time.monotonic() - start
             alive = len(envs.actors)
         finally:
