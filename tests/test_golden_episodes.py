@@ -45,7 +45,14 @@ def _clean(value: Any, root: str = "") -> Any:
     """JSON-ready, without wall-clock timings; ``root`` (a tmp folder) becomes ``<ROOT>``; long lists
     of numbers (token ids, sources, masks, log-probs) and long texts become their length and digest."""
     if isinstance(value, dict):
-        return {str(k): _clean(v, root) for k, v in value.items() if k not in TIMING_KEYS and k != "timings"}
+        from agentrl.outcome import StepOutcome
+
+        # an env step's typed outcome (info["outcome"]) is compared through the flat keys derived from it
+        return {
+            str(k): _clean(v, root)
+            for k, v in value.items()
+            if k not in TIMING_KEYS and k != "timings" and not isinstance(v, StepOutcome)
+        }
     if isinstance(value, list | tuple):
         if len(value) > 12 and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
             digest = hashlib.sha256(json.dumps(list(value)).encode()).hexdigest()[:16]

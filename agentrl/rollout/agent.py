@@ -8,8 +8,12 @@ is the one place the agent truncates). How turns become contexts and training ro
 concatenated row, a row per turn, branch/return folding, summaries, or text only - is the context
 strategy (:mod:`agentrl.rollout.context`) chosen once; the loop has no mode checks. The turn cap
 comes from the env's own turn budget (its TurnBudget wrapper) and the strategy's
-``turns_per_env_turn`` unless ``max_turns`` is set. Sampled ids are appended exactly as sampled;
-nothing is re-tokenized.
+``turns_per_env_turn`` unless ``rollout.max_turns`` is set. An env with a ``start()`` (a remote env:
+a Ray actor, the env built on it) is started first, in the ``starting`` phase the runner's watchdog
+does not count. Env steps come back typed (``info["outcome"]``: :mod:`agentrl.outcome`); the
+context strategy refers back to its run weakly, so a finished run is freed by refcounting.
+Settings are the one :class:`~agentrl.rollout.settings.RolloutConfig`. Sampled ids are appended
+exactly as sampled; nothing is re-tokenized.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agentrl.outcome import OUTCOME, StepOutcome
 from agentrl.rollout import process_rewards
 from agentrl.rollout.context import Context, choose_context
 from agentrl.rollout.generators.base import GenerationOutput, SamplingParams, derive_seed
@@ -84,7 +89,9 @@ class Progress:
     episode_id: str
     turn: int = 0
     last_action: str = ""
-    phase: str = "reset"  # reset | generate | env | done
+    #: starting (an env's own start: a Ray actor, the env built on it; not watched) | reset |
+    #: generate | env | between | judge | done
+    phase: str = "reset"
     last_progress: float = field(default_factory=time.monotonic)
     sandbox_id: str | None = None
     generate_s: float = 0.0
@@ -244,8 +251,8 @@ class EpisodeRun:
             timings=self.context.turn_timings(out),
         )
 
-    async def _env(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        self.progress.touch("env")
+    async def _env(self, fn: Callable[..., Any], *args: Any, phase: str = "env", **kwargs: Any) -> Any:
+        self.progress.touch(phase)
         t0 = time.perf_counter()
         try:
             return await self.call_env(fn, *args, **kwargs)
@@ -262,18 +269,14 @@ class EpisodeRun:
 
     def _fill_step(self, turn: Turn, step: tuple[Any, ...], env_s: float) -> None:
         obs, reward, _terminated, _truncated, info = step
+        outcome: StepOutcome = info[OUTCOME]
         turn.observation = obs
         turn.reward = float(reward)
-        turn.tool_calls = list(info.get("tool_calls", []))
-        turn.void = bool(info.get("void_turn", False))
+        turn.tool_calls = outcome.tool_call_records()
+        turn.void = outcome.void
         turn.timings["env_s"] = env_s
-        usage: dict[str, float] = {}
-        for call in turn.tool_calls:
-            for key, value in (call.get("usage") or {}).items():
-                if isinstance(value, int | float):
-                    usage[key] = usage.get(key, 0.0) + float(value)
-        turn.sandbox_usage = usage or None
-        turn.error = process_rewards.action_error(turn.tool_calls, info)
+        turn.sandbox_usage = outcome.usage()
+        turn.error = outcome.error()
 
     # ------------------------------------------------------------------ the episode
     TURN_BUDGET = "turn budget (rollout.max_turns)"
@@ -286,6 +289,9 @@ class EpisodeRun:
         return episode
 
     async def _play(self) -> Episode:
+        start = getattr(self.env, "start", None)
+        if start is not None:  # a remote env starts first (bounded by its own start limit, not the watchdog)
+            await self._env(start, phase="starting")
         obs, info = await self._env(self.env.reset, seed=self.seed, options=self.options)
         if self.observer is not None:
             self.observer.reset(obs, info)
@@ -336,15 +342,15 @@ class EpisodeRun:
 
     def _finish(self, reward: float, terminated: bool, truncated: bool, info: dict[str, Any]) -> Episode:
         self.progress.touch("done")
+        outcome: StepOutcome = info[OUTCOME]
+        metrics = outcome.metrics.flat() if outcome.metrics is not None else {}
         self.result = {
             "outcome": float(reward),
             "terminated": bool(terminated),
             "truncated": bool(truncated),
-            "answer": info.get("answer"),
-            "ground_truth": info.get("ground_truth"),
-            "metrics": {
-                k: float(v) for k, v in (info.get("metrics") or {}).items() if isinstance(v, int | float)
-            },
+            "answer": outcome.answer,
+            "ground_truth": outcome.ground_truth,
+            "metrics": {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)},
         }
         if "truncation" in info:
             self.result["metrics"]["agent_truncated"] = 1.0

@@ -10,7 +10,8 @@ Three penalties, summed per generated token (Q <= 0; tokens no rule hits get 0):
   turn when the final main context is over the line.
 - **failure** (``failure_penalty``, paper -1): every token of a turn whose action failed - a tool
   call that returned an error, a malformed tool call, or branch/return used where it is not
-  allowed (``Turn.error`` says which). A turn with no action at all (void) is not a failed call.
+  allowed (``Turn.error`` says which; :meth:`agentrl.outcome.StepOutcome.error` for env steps). A
+  turn with no action at all (void) is not a failed call.
 - **out of scope** (``scope_penalty``, paper -0.2): every token of a branch that a
   :class:`ScopeJudge` finds went beyond its sub-task, judged from the branch's instruction and what
   it returned. :class:`RuleScopeJudge` is the default; :class:`LLMScopeJudge` asks a model (any
@@ -115,21 +116,6 @@ def describe(settings: Any) -> str:
         f"{settings.failure_penalty:g}, out-of-scope {settings.scope_penalty:g} (judge: {judge}, "
         f"timeout {settings.scope_judge_timeout_s:g}s)"
     )
-
-
-def action_error(tool_calls: list[dict[str, Any]], info: Mapping[str, Any]) -> str | None:
-    """What failed in an env step's action (``Turn.error``, read by the failure penalty), or None.
-
-    A tool call that returned an error (``ok`` false) or a malformed action (the env's
-    ``action_problems``); a void turn (``no_action``: no call at all) is not a failed call.
-    """
-    failed = [
-        f"{c.get('name')} ({c.get('error_kind') or 'error'})" for c in tool_calls if c.get("ok") is False
-    ]
-    malformed = [kind for kind in info.get("action_problems", []) if kind != "no_action"]
-    problems = [f"tool call failed: {', '.join(failed)}"] if failed else []
-    problems += [f"malformed action: {', '.join(malformed)}"] if malformed else []
-    return "; ".join(problems) or None
 
 
 # --------------------------------------------------------------------------- scope judges

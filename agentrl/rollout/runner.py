@@ -5,7 +5,8 @@ so sandboxes and generation overlap; generation requests from all episodes are m
 batched calls by a :class:`~agentrl.rollout.batcher.Batcher`. A failed episode is recorded with
 its error and never takes down its siblings; finished episodes are appended to a JSONL file as
 they end; a watchdog names any episode without progress for ``watchdog_s`` and cancels or
-retries it.
+retries it (generation and an env's own start - a Ray actor coming up - are not counted: each
+has its own limit). Settings come from one :class:`~agentrl.rollout.settings.RolloutConfig`.
 
     episodes = run_episodes("agentrl/Search-v0", tasks, generator, tokenizer, config)
 """
@@ -261,8 +262,8 @@ class Runner:
             now = time.monotonic()
             for index, run in list(self._running.items()):
                 progress = run.progress
-                if progress.phase == "generate" or progress.phase == "done":
-                    continue  # generation stalls are the generator's timeouts' job
+                if progress.phase in ("generate", "starting", "done"):
+                    continue  # generation stalls are the generator's timeouts' job, env starts the env's
                 if now - progress.last_progress > limit and index not in self._stalled:
                     reason = progress.describe()
                     log.warning("watchdog: no progress for %.0fs: %s", limit, reason)

@@ -178,3 +178,49 @@ def test_every_rollout_setting_is_checked_once_naming_the_field_and_fix(tokenize
             load_config(None, [f"rollout.{k}={v}" for k, v in bad.items()])
         with pytest.raises(ConfigError, match=field):
             run_episodes(make_lookup_env, ["k1"], gen, tokenizer, RolloutConfig(**bad), progress=False)
+
+
+class _SlowStartingEnv:
+    """The lookup env behind a slow ``start()`` (as a Ray env actor starts), with its own start limit."""
+
+    def __init__(self, start_s: float, limit_s: float):
+        self.env, self.start_s, self.limit_s = make_lookup_env(), start_s, limit_s
+
+    async def start(self) -> None:
+        import asyncio
+
+        from agentrl.errors import EnvError
+
+        try:
+            await asyncio.wait_for(asyncio.sleep(self.start_s), self.limit_s)
+        except TimeoutError:
+            raise EnvError(f"env start took over {self.limit_s:g}s (its start limit)") from None
+
+    @property
+    def unwrapped(self):
+        return self.env.unwrapped
+
+    def reset(self, **kwargs):
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        return self.env.step(action)
+
+    def close(self):
+        self.env.close()
+
+
+def test_an_env_start_is_not_watched_but_bounded_by_its_own_limit(tokenizer):
+    """Starting an env (``start()``: a Ray actor, the env built on it) is the episode's "starting"
+    phase: the watchdog (1 s here) does not count it; the env's own start limit does."""
+    gen = ScriptedGenerator(tokenizer, lookup_script)
+    config = _config(watchdog_s=1.0)
+    stats = RunStats()
+    slow = run_episodes(lambda: _SlowStartingEnv(3.0, 30.0), ["k1", "k2"], gen, tokenizer, config, stats=stats,
+                        progress=False)  # fmt: skip
+    assert [e.outcome for e in slow] == [1.0, 1.0] and stats.watchdog_fired == 0
+    assert all(e.timings["env_s"] >= 3.0 for e in slow)  # the start is env time, just not watched
+    stats = RunStats()
+    (cut,) = run_episodes(lambda: _SlowStartingEnv(30.0, 2.0), ["k1"], gen, tokenizer, config, stats=stats,
+                          progress=False)  # fmt: skip
+    assert cut.failed and "env start took over 2s" in cut.error and stats.watchdog_fired == 0
