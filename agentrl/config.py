@@ -78,7 +78,7 @@ class EnvConfig:
     ray_call_timeout_s: float = 120.0
     """With placement ray: timeout of each remote env call (reset/step); past it the episode fails."""
     ray_start_timeout_s: float = 300.0
-    """With placement ray: how long an episode waits for its env to start (an actor on a node with room, the env built on it); the rollout watchdog does not count this wait."""
+    """With placement ray: how long an episode waits for its env to start (an actor on a node with room, the env built on it); the rollout watchdog and episode timeout do not count this wait."""
     ray_lost_retries: int = 0
     """With placement ray: times an episode whose env actor died is rerun on a new actor (0: recorded failed)."""
     ray_services: str = "node"

@@ -44,19 +44,9 @@ def test_scripted_episode_rewards_and_info():
     ]
     for turn, (action, want_obs, want_reward, want_done) in enumerate(expected, start=1):
         obs, reward, terminated, truncated, info = env.step(action)
-        assert (obs, reward, terminated, truncated, info["turn"]) == (
-            want_obs,
-            want_reward,
-            want_done,
-            False,
-            turn,
-        )
+        assert (obs, reward, terminated, truncated, info["turn"]) == (want_obs, want_reward, want_done, False, turn)
     assert info["answer"] == "30" and info["ground_truth"] == "30"
-    assert (
-        info["metrics"]["em"] == 1.0
-        and info["metrics"]["tool_calls"] == 2.0
-        and info["metrics"]["turns"] == 3.0
-    )
+    assert info["metrics"]["em"] == 1.0 and info["metrics"]["tool_calls"] == 2.0 and info["metrics"]["turns"] == 3.0
     with pytest.raises(EnvError):
         env.step("<answer>30</answer>")
 
@@ -164,11 +154,7 @@ def test_registered_env_contract(env_id):
         obs, info = env.reset(seed=3)
         assert isinstance(obs, str) and obs and {"turn", "tool_calls"} <= set(info)
         for schema in unwrapped.tools:
-            assert (
-                schema["type"] == "function"
-                and schema["function"]["name"]
-                and schema["function"]["description"]
-            )
+            assert schema["type"] == "function" and schema["function"]["name"] and schema["function"]["description"]
     finally:
         env.close()
         env.close()
@@ -178,16 +164,10 @@ def _scripted_actions(env) -> list[str]:
     actions = ["hello", "<tool_call>{broken json</tool_call>"]
     for schema in env.unwrapped.tools[:2]:
         params = schema["function"]["parameters"]
-        args = {
-            name: ("1" if prop.get("type") == "string" else 1)
-            for name, prop in params["properties"].items()
-            if name in params.get("required", [])
-        }
-        actions.append(
-            json.dumps({"name": schema["function"]["name"], "arguments": args}).join(
-                ["<tool_call>", "</tool_call>"]
-            )
-        )
+        args = {name: ("1" if prop.get("type") == "string" else 1) for name, prop in params["properties"].items()
+                if name in params.get("required", [])}
+        actions.append(json.dumps({"name": schema["function"]["name"], "arguments": args}).join(
+            ["<tool_call>", "</tool_call>"]))
     return actions + ["<answer>42</answer>"]
 
 

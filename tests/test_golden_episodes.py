@@ -90,9 +90,7 @@ def _rollout(tokenizer: Any, script: Any, tasks: list[str], *, env_turns: int = 
 
     gen = ScriptedGenerator(tokenizer, script, logprob=-0.25)
     config = RolloutConfig(**{"max_new_tokens": 96, **agent}, concurrency=2, group_size=2)
-    return run_episodes(
-        lambda: make_lookup_env(max_turns=env_turns), tasks, gen, tokenizer, config, seed=7, progress=False
-    )
+    return run_episodes(lambda: make_lookup_env(max_turns=env_turns), tasks, gen, tokenizer, config, seed=7)
 
 
 def _never_answers(prompt: str, index: int) -> str:
@@ -141,9 +139,8 @@ def _oracles(tokenizer: Any, env_id: str, oracle: str, template_mode: str = "con
         max_new_tokens=512, max_context_tokens=4096, template_mode=template_mode, concurrency=2, group_size=1
     )
     return run_oracle_episodes(
-        env_id, tasks, load_entry_point(oracle), tokenizer, config, seed=5, progress=False,
-        env_kwargs={"max_turns": 6},
-    )  # fmt: skip
+        env_id, tasks, load_entry_point(oracle), tokenizer, config, seed=5, env_kwargs={"max_turns": 6}
+    )
 
 
 def _eval(suite: str, agent: str, limit: int = 2) -> dict[str, Any]:
@@ -297,7 +294,7 @@ def _oracle_lookup(tokenizer: Any) -> list[Any]:
     from agentrl.rollout.settings import RolloutConfig
 
     config = RolloutConfig(max_new_tokens=64, concurrency=2, group_size=1)
-    return run_oracle_episodes(make_lookup_env, ["k1", "k2"], LookupOracle, tokenizer, config, progress=False)
+    return run_oracle_episodes(make_lookup_env, ["k1", "k2"], LookupOracle, tokenizer, config)
 
 
 def _run_case(name: str, tokenizer: Any, tmp_path: Path) -> Any:

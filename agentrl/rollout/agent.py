@@ -199,6 +199,7 @@ class EpisodeRun:
         self.seed = seed
         self.sampling_seed = sampling_seed
         self._generate_calls = 0
+        self._started = False
         self.options = options
         self.policy_version = policy_version
         self.progress = Progress(env_id=env_id, episode_id=self.episode_id)
@@ -282,16 +283,23 @@ class EpisodeRun:
     TURN_BUDGET = "turn budget (rollout.max_turns)"
     CONTEXT_BUDGET = "context budget (rollout.max_context_tokens)"
 
+    async def start(self) -> None:
+        """Start the env if it has a ``start()`` (a remote env: a Ray actor, the env built on it): the
+        ``starting`` phase, bounded by the env's own start limit, not by the watchdog or the
+        episode timeout (the runner awaits it before the timed part). Idempotent."""
+        start = getattr(self.env, "start", None)
+        if start is not None and not self._started:
+            await self._env(start, phase="starting")
+        self._started = True
+
     async def run(self) -> Episode:
         """Play the episode through the context strategy; then let it finish (FoldGRPO's Q)."""
+        await self.start()
         episode = await self._play()
         await self.context.finish(episode)
         return episode
 
     async def _play(self) -> Episode:
-        start = getattr(self.env, "start", None)
-        if start is not None:  # a remote env starts first (bounded by its own start limit, not the watchdog)
-            await self._env(start, phase="starting")
         obs, info = await self._env(self.env.reset, seed=self.seed, options=self.options)
         if self.observer is not None:
             self.observer.reset(obs, info)

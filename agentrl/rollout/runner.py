@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -101,7 +102,7 @@ class Runner:
         config: RolloutConfig | None = None,
         policy_version: int = 0,
         judge: process_rewards.ScopeJudge | None = None,
-        progress: bool = True,
+        progress: bool | None = None,
         on_episode: Callable[[Episode], None] | None = None,
         env_kwargs: dict[str, Any] | None = None,
         lockstep: bool = False,
@@ -109,7 +110,7 @@ class Runner:
     ):
         """``config``: the rollout settings (validated here, once). ``judge``: a custom branch-scope
         judge (folding=branch); default: the one rollout.scope_judge names. Not settings:
-        ``progress`` (a rich progress line), ``on_episode`` (called as each episode ends),
+        ``progress`` (a rich progress line; None: when stdout is a terminal), ``on_episode`` (called as each episode ends),
         ``env_kwargs`` (for an env id), ``lockstep`` (timing-independent batches, see Batcher;
         train.deterministic sets it), ``timeout_setting`` (the name error messages give the
         episode timeout where the user is)."""
@@ -124,7 +125,8 @@ class Runner:
         self.policy_factory = policy_factory
         self.config = config or RolloutConfig()
         self.config.validate()
-        self.show_progress, self.on_episode, self.lockstep = progress, on_episode, lockstep
+        self.show_progress = sys.stdout.isatty() if progress is None else progress
+        self.on_episode, self.lockstep = on_episode, lockstep
         self.env_kwargs = dict(env_kwargs or {})
         self.timeout_setting = timeout_setting
         self.context = choose_context(self.config, tokenizer)  # once, before any episode
@@ -182,6 +184,7 @@ class Runner:
         self._running[job.index] = run
         self._runs[job.index] = run
         try:
+            await run.start()  # a remote env's start has its own limit (env.ray_start_timeout_s)
             return await asyncio.wait_for(run.run(), timeout=self.config.episode_timeout_s)
         except TimeoutError:
             raise EpisodeError(
@@ -465,7 +468,7 @@ def run_episodes(
     policy_version: int = 0,
     stats: RunStats | None = None,
     judge: process_rewards.ScopeJudge | None = None,
-    progress: bool = True,
+    progress: bool | None = None,
     on_episode: Callable[[Episode], None] | None = None,
     env_kwargs: dict[str, Any] | None = None,
     lockstep: bool = False,

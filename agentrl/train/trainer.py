@@ -383,9 +383,7 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
             episodes, _ = rollouts.run(tasks, seed=10_000_019, version=step, group_size=1,
                                        temperature=config.train.eval_temperature,
                                        on_episode=phase.on_episode("success"))  # fmt: skip
-        outcomes = {
-            ep.task_id: 0.0 if ep.failed else solved(ep.metrics, ep.outcome, metric) for ep in episodes
-        }
+        outcomes = {ep.task_id: 0.0 if ep.failed else solved(ep.metrics, ep.outcome, metric) for ep in episodes}
         logger.log(step, {"eval/success": float(np.mean(list(outcomes.values()))) if outcomes else 0.0,
                           "eval/failed": float(sum(ep.failed for ep in episodes))}, echo=("eval/success",))  # fmt: skip
         return outcomes

@@ -36,7 +36,7 @@ def config(**settings):
 
 def test_token_in_token_out_invariant_over_a_scripted_episode(tokenizer):
     gen = ScriptedGenerator(tokenizer, lookup_script, logprob=-0.25)
-    (episode,) = run_episodes(make_lookup_env, ["k3"], gen, tokenizer, config(), progress=False)
+    (episode,) = run_episodes(make_lookup_env, ["k3"], gen, tokenizer, config())
     assert episode.error is None and episode.outcome == 1.0 and episode.answer == "v3"
     assert [s.kind for s in episode.segments] == ["main"]
     seg = episode.segments[0]
@@ -70,14 +70,7 @@ def test_group_rollouts_share_a_group_id_and_stream_to_disk(tokenizer, tmp_path)
     gen = ScriptedGenerator(tokenizer, lookup_script)
     out = tmp_path / "episodes.jsonl"
     episodes = run_episodes(
-        make_lookup_env,
-        ["k1", "k2"],
-        gen,
-        tokenizer,
-        config(),
-        group_size=3,
-        out_path=out,
-        progress=False,
+        make_lookup_env, ["k1", "k2"], gen, tokenizer, config(), group_size=3, out_path=out
     )
     assert len(episodes) == 6 and all(e.outcome == 1.0 for e in episodes)
     assert len({e.group_id for e in episodes[:3]}) == 1 and episodes[0].group_id != episodes[3].group_id
@@ -90,7 +83,7 @@ def test_history_rewriting_template_falls_back_to_one_row_per_turn(tokenizer):
         tokenizer, (FIXTURES / "reasoning_stripping.jinja").read_text(), agentrl_name="qwen3-style"
     )
     gen = ScriptedGenerator(rewriting, lookup_script)
-    (episode,) = run_episodes(make_lookup_env, ["k5"], gen, rewriting, config(), progress=False)
+    (episode,) = run_episodes(make_lookup_env, ["k5"], gen, rewriting, config())
     assert episode.error is None and episode.outcome == 1.0
     assert [s.kind for s in episode.segments] == ["turn", "turn", "turn"]
     for seg, (fed, out) in zip(episode.segments, gen.calls, strict=True):
@@ -110,9 +103,7 @@ def test_length_cut_turn_gets_the_end_of_turn_from_the_template(tokenizer):
 
 
 def test_oracle_episodes_are_demonstrations_with_zero_logprobs(tokenizer):
-    episodes = run_oracle_episodes(
-        make_lookup_env, ["k2", "k6"], LookupOracle, tokenizer, config(), progress=False
-    )
+    episodes = run_oracle_episodes(make_lookup_env, ["k2", "k6"], LookupOracle, tokenizer, config())
     assert [e.outcome for e in episodes] == [1.0, 1.0]
     turns = episodes[0].segments[0].turns
     assert len(turns) == 2 and all(lp == 0.0 for t in turns for lp in t.output_logprobs)
@@ -124,7 +115,7 @@ def test_ground_truth_scoring_after_prompt_and_each_turn(tokenizer, tiny):
     from agentrl.rollout.scoring import ground_truth_logprobs, score_contexts
 
     gen = ScriptedGenerator(tokenizer, lookup_script)
-    (episode,) = run_episodes(make_lookup_env, ["k3"], gen, tokenizer, config(), progress=False)
+    (episode,) = run_episodes(make_lookup_env, ["k3"], gen, tokenizer, config())
     scorer = HFGenerator(tiny, tokenizer)
     (scores,) = ground_truth_logprobs(scorer, tokenizer, [episode])
     contexts = score_contexts(episode)

@@ -66,7 +66,7 @@ def test_the_runner_leaves_no_env_alive_after_a_run(tokenizer, no_cycle_collecto
 
     gen = ScriptedGenerator(tokenizer, lookup_script)
     settings = RolloutConfig(max_new_tokens=64, concurrency=2, group_size=2)
-    episodes = run_episodes(factory, ["k1", "k2"], gen, tokenizer, settings, progress=False)
+    episodes = run_episodes(factory, ["k1", "k2"], gen, tokenizer, settings)
     assert [e.outcome for e in episodes] == [1.0] * 4 and len(made) == 4
     deadline = time.monotonic() + 30  # the runner closes envs in its pool threads, without waiting
     while any(ref() is not None for ref in made) and time.monotonic() < deadline:

@@ -40,9 +40,7 @@ def config(**settings):
 
 def test_branch_and_return_make_a_main_row_and_a_branch_row(tokenizer):
     gen = ScriptedGenerator(tokenizer, branch_script)
-    (episode,) = run_episodes(
-        make_lookup_env, ["k4"], gen, tokenizer, config(folding="branch"), progress=False
-    )
+    (episode,) = run_episodes(make_lookup_env, ["k4"], gen, tokenizer, config(folding="branch"))
     assert episode.error is None and episode.outcome == 1.0
     main, branch = episode.segments
     assert (main.kind, main.fold_id, branch.kind, branch.fold_id) == ("main", 0, "branch", 1)
@@ -92,12 +90,7 @@ def test_nested_branch_and_stray_return_become_observations(tokenizer):
         return "<answer>v1</answer>"
 
     (episode,) = run_episodes(
-        make_lookup_env,
-        ["k1"],
-        ScriptedGenerator(tokenizer, script),
-        tokenizer,
-        config(folding="branch"),
-        progress=False,
+        make_lookup_env, ["k1"], ScriptedGenerator(tokenizer, script), tokenizer, config(folding="branch")
     )
     main, branch = episode.segments
     assert main.turns[0].observation == folding.RETURN_IN_MAIN
@@ -116,7 +109,7 @@ def test_summary_restarts_the_context_with_summary_segments(tokenizer):
 
     gen = ScriptedGenerator(tokenizer, script)
     cfg = config(folding="summary", summary_threshold=300, max_summaries=2, max_turns=12)
-    (episode,) = run_episodes(make_lookup_env, ["k2"], gen, tokenizer, cfg, progress=False)
+    (episode,) = run_episodes(make_lookup_env, ["k2"], gen, tokenizer, cfg)
     assert episode.error is None and episode.outcome == 1.0, episode.error
     kinds = [(s.kind, s.fold_id) for s in episode.segments]
     assert kinds[0] == ("main", 0) and kinds[1] == ("summary", 1)
@@ -140,9 +133,9 @@ def test_folding_refuses_a_non_conforming_template_before_running(tokenizer):
     )
     gen = ScriptedGenerator(rewriting, branch_script)
     with pytest.raises(ConfigError, match="rollout.folding.*qwen3-style.*turn 0"):
-        run_episodes(make_lookup_env, ["k1"], gen, rewriting, config(folding="branch"), progress=False)
+        run_episodes(make_lookup_env, ["k1"], gen, rewriting, config(folding="branch"))
     assert gen.calls == []
     with pytest.raises(ConfigError, match="rollout.folding"):
-        run_episodes(make_lookup_env, ["k1"], gen, tokenizer, config(folding="bogus"), progress=False)
+        run_episodes(make_lookup_env, ["k1"], gen, tokenizer, config(folding="bogus"))
     with pytest.raises(ConfigError, match="rollout.max_new_tokens"):
-        run_episodes(make_lookup_env, ["k1"], gen, tokenizer, config(max_context_tokens=50), progress=False)
+        run_episodes(make_lookup_env, ["k1"], gen, tokenizer, config(max_context_tokens=50))

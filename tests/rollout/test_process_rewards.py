@@ -75,14 +75,7 @@ def config(**settings) -> RolloutConfig:
 def run(tokenizer, stats: RunStats | None = None, judge=None, answer: str = "v4", **agent):
     gen = scripted(tokenizer, answer)
     (episode,) = run_episodes(
-        make_lookup_env,
-        ["k4"],
-        gen,
-        tokenizer,
-        config(**agent),
-        stats=stats,
-        judge=judge,
-        progress=False,
+        make_lookup_env, ["k4"], gen, tokenizer, config(**agent), stats=stats, judge=judge
     )
     assert episode.error is None, episode.error
     return episode
@@ -187,7 +180,7 @@ def test_records_round_trip_with_process_rewards(tokenizer, tmp_path):
 
 def test_no_process_rewards_without_branch_folding(tokenizer):
     gen = ScriptedGenerator(tokenizer, lambda p, i: "<answer>v4</answer>")
-    (episode,) = run_episodes(make_lookup_env, ["k4"], gen, tokenizer, config(folding="none"), progress=False)
+    (episode,) = run_episodes(make_lookup_env, ["k4"], gen, tokenizer, config(folding="none"))
     assert [t.process_reward for t in episode.turns] == [None]
     assert not any(k.startswith("process/") for k in episode.metrics)
     with pytest.raises(ConfigError, match=r"rollout.scope_penalty.*only with rollout.folding=branch"):
@@ -241,12 +234,7 @@ def test_llm_judge_over_the_policys_own_generator(tokenizer):
     """scope_judge=policy: the judge prompts go through the rollout's batcher to the same generator."""
     gen = scripted(tokenizer)
     (episode,) = run_episodes(
-        make_lookup_env,
-        ["k4"],
-        gen,
-        tokenizer,
-        config(scope_judge="policy", unfolded_threshold=1.0),
-        progress=False,
+        make_lookup_env, ["k4"], gen, tokenizer, config(scope_judge="policy", unfolded_threshold=1.0)
     )
     judged = [tokenizer.decode(prompt) for prompt, _ in gen.calls if JUDGE_MARK in tokenizer.decode(prompt)]
     assert len(judged) == 2 and "key k4 has the value v4" in judged[0] and "Paris weather" in judged[1]
@@ -272,7 +260,7 @@ def test_llm_judge_over_an_openai_compatible_server(tokenizer):
 def test_a_failing_judge_fails_only_its_episode(tokenizer):
     judge = LLMScopeJudge.over_openai("http://127.0.0.1:9/v1", "judge", timeout_s=2.0)
     gen = scripted(tokenizer)
-    (episode,) = run_episodes(make_lookup_env, ["k4"], gen, tokenizer, config(), judge=judge, progress=False)
+    (episode,) = run_episodes(make_lookup_env, ["k4"], gen, tokenizer, config(), judge=judge)
     assert episode.failed and "scope judge at http://127.0.0.1:9/v1" in episode.error
 
 
@@ -289,7 +277,6 @@ def test_policy_judge_needs_a_generator(tokenizer):
             tokenizer,
             config(scope_judge="policy"),
             policy_factory=lambda: OraclePolicy(LookupOracle(), tokenizer),
-            progress=False,
         )
 
 

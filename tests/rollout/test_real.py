@@ -50,10 +50,9 @@ def test_smollm2_on_search_keeps_tokens_and_logprobs_exact():
         max_new_tokens=40, max_turns=2, temperature=0.8, max_context_tokens=2048, concurrency=2, group_size=1
     )
     stats = RunStats()
-    episodes = run_episodes(
-        "agentrl/Search-v0", [None, None], gen, tokenizer, config, seed=1, stats=stats, progress=False,
-        env_kwargs={"max_turns": 2},
-    )  # fmt: skip
+    env_kwargs = {"max_turns": 2}
+    episodes = run_episodes("agentrl/Search-v0", [None, None], gen, tokenizer, config, seed=1, stats=stats,
+                            env_kwargs=env_kwargs)  # fmt: skip
     assert all(not e.failed for e in episodes), [e.error for e in episodes]
     assert stats.generated_tokens > 0 and 0.0 <= stats.generator_idle_share <= 1.0
     by_output = {tuple(o.ids): (p, o) for p, o in gen.seen}

@@ -29,9 +29,7 @@ def test_a_crashing_env_is_recorded_and_siblings_finish(tokenizer):
     LookupEnv.faults = {"crash_on": "k2"}
     gen = ScriptedGenerator(tokenizer, lookup_script)
     stats = RunStats()
-    episodes = run_episodes(
-        make_lookup_env, ["k1", "k2", "k3"], gen, tokenizer, _config(), stats=stats, progress=False
-    )
+    episodes = run_episodes(make_lookup_env, ["k1", "k2", "k3"], gen, tokenizer, _config(), stats=stats)
     assert [e.failed for e in episodes] == [False, True, False]
     assert [e.outcome for e in episodes if not e.failed] == [1.0, 1.0]
     crashed = episodes[1]
@@ -46,14 +44,7 @@ def test_watchdog_names_a_hanging_episode_and_cancels_it(tokenizer):
     gen = ScriptedGenerator(tokenizer, lookup_script)
     stats = RunStats()
     episodes = run_episodes(
-        make_lookup_env,
-        ["k4", "k5"],
-        gen,
-        tokenizer,
-        _config(watchdog_s=1.0),
-        stats=stats,
-        out_path=None,
-        progress=False,
+        make_lookup_env, ["k4", "k5"], gen, tokenizer, _config(watchdog_s=1.0), stats=stats, out_path=None
     )
     hung, fine = episodes
     assert fine.outcome == 1.0 and not fine.failed
@@ -74,7 +65,6 @@ def test_watchdog_retry_reruns_the_episode(tokenizer):
         tokenizer,
         _config(watchdog_s=1.0, watchdog_action="retry", max_retries=1),
         stats=stats,
-        progress=False,
     )
     assert not episode.failed and episode.outcome == 1.0
     assert stats.retried == 1 and stats.watchdog_fired == 1
@@ -85,12 +75,7 @@ def test_episode_timeout_is_recorded(tokenizer):
     LookupEnv.hangs_left["count"] = 1
     gen = ScriptedGenerator(tokenizer, lookup_script)
     (episode,) = run_episodes(
-        make_lookup_env,
-        ["k7"],
-        gen,
-        tokenizer,
-        _config(episode_timeout_s=1.0, watchdog_s=60),
-        progress=False,
+        make_lookup_env, ["k7"], gen, tokenizer, _config(episode_timeout_s=1.0, watchdog_s=60)
     )
     assert episode.failed and "episode timeout after 1s" in episode.error
 
@@ -102,12 +87,7 @@ def test_generator_errors_fail_only_their_episodes(tokenizer):
         return lookup_script(prompt, index)
 
     episodes = run_episodes(
-        make_lookup_env,
-        ["k0", "k1"],
-        ScriptedGenerator(tokenizer, respond),
-        tokenizer,
-        _config(),
-        progress=False,
+        make_lookup_env, ["k0", "k1"], ScriptedGenerator(tokenizer, respond), tokenizer, _config()
     )
     assert not episodes[0].failed and episodes[1].failed and "scripted generator failure" in episodes[1].error
 
@@ -121,7 +101,7 @@ def test_the_run_config_rollout_section_is_the_runner_settings(tokenizer):
     cfg = load_config(None, ["rollout.concurrency=3", "rollout.max_new_tokens=32", "rollout.temperature=0.5"])
     assert type(cfg.rollout) is RolloutConfig
     gen = ScriptedGenerator(tokenizer, lookup_script)
-    runner = Runner(make_lookup_env, tokenizer, generator=gen, config=cfg.rollout, progress=False)
+    runner = Runner(make_lookup_env, tokenizer, generator=gen, config=cfg.rollout)
     assert runner.config is cfg.rollout
     sampling = cfg.rollout.sampling(seed=3)
     assert (sampling.max_new_tokens, sampling.temperature, sampling.top_p, sampling.seed) == (32, 0.5, 1.0, 3)
@@ -177,7 +157,7 @@ def test_every_rollout_setting_is_checked_once_naming_the_field_and_fix(tokenize
         with pytest.raises(ConfigError, match=field):
             load_config(None, [f"rollout.{k}={v}" for k, v in bad.items()])
         with pytest.raises(ConfigError, match=field):
-            run_episodes(make_lookup_env, ["k1"], gen, tokenizer, RolloutConfig(**bad), progress=False)
+            run_episodes(make_lookup_env, ["k1"], gen, tokenizer, RolloutConfig(**bad))
 
 
 class _SlowStartingEnv:
@@ -212,15 +192,16 @@ class _SlowStartingEnv:
 
 def test_an_env_start_is_not_watched_but_bounded_by_its_own_limit(tokenizer):
     """Starting an env (``start()``: a Ray actor, the env built on it) is the episode's "starting"
-    phase: the watchdog (1 s here) does not count it; the env's own start limit does."""
+    phase: the watchdog (1 s here) and the episode timeout (3 s) do not count it; the env's own start
+    limit does."""
     gen = ScriptedGenerator(tokenizer, lookup_script)
-    config = _config(watchdog_s=1.0)
+    config = _config(watchdog_s=1.0, episode_timeout_s=3.0)
     stats = RunStats()
-    slow = run_episodes(lambda: _SlowStartingEnv(3.0, 30.0), ["k1", "k2"], gen, tokenizer, config, stats=stats,
-                        progress=False)  # fmt: skip
+    slow = run_episodes(
+        lambda: _SlowStartingEnv(4.0, 30.0), ["k1", "k2"], gen, tokenizer, config, stats=stats
+    )
     assert [e.outcome for e in slow] == [1.0, 1.0] and stats.watchdog_fired == 0
-    assert all(e.timings["env_s"] >= 3.0 for e in slow)  # the start is env time, just not watched
+    assert all(e.timings["env_s"] >= 4.0 for e in slow)  # the start is env time, just not watched
     stats = RunStats()
-    (cut,) = run_episodes(lambda: _SlowStartingEnv(30.0, 2.0), ["k1"], gen, tokenizer, config, stats=stats,
-                          progress=False)  # fmt: skip
+    (cut,) = run_episodes(lambda: _SlowStartingEnv(30.0, 2.0), ["k1"], gen, tokenizer, config, stats=stats)
     assert cut.failed and "env start took over 2s" in cut.error and stats.watchdog_fired == 0

@@ -34,16 +34,9 @@ def _canonical(episode) -> dict:
 
 def test_episodes_stick_to_one_engine_and_both_engines_serve(tokenizer):
     engines = [ScriptedGenerator(tokenizer, lookup_script), ScriptedGenerator(tokenizer, lookup_script)]
-    balanced = run_episodes(
-        make_lookup_env, KEYS, BalancedGenerator(engines), tokenizer, _config(), progress=False
-    )
+    balanced = run_episodes(make_lookup_env, KEYS, BalancedGenerator(engines), tokenizer, _config())
     single = run_episodes(
-        make_lookup_env,
-        KEYS,
-        ScriptedGenerator(tokenizer, lookup_script),
-        tokenizer,
-        _config(),
-        progress=False,
+        make_lookup_env, KEYS, ScriptedGenerator(tokenizer, lookup_script), tokenizer, _config()
     )
     assert [_canonical(e) for e in balanced] == [_canonical(e) for e in single]
     first = [e.segments[0].prompt_ids for e in balanced]

@@ -67,20 +67,12 @@ def test_docker_sandbox_in_ray_actors_gives_the_local_episodes(ray_cluster, toke
 
     tasks = _tasks(4)
     local = run_oracle_episodes(
-        lambda: agentrl.make(ENV_ID, **ENV_KWARGS),
-        tasks,
-        CodeOracle,
-        tokenizer,
-        _config(),
-        seed=5,
-        progress=False,
+        lambda: agentrl.make(ENV_ID, **ENV_KWARGS), tasks, CodeOracle, tokenizer, _config(), seed=5
     )
     envs = _ray_envs(ENV_KWARGS, envs_per_actor=2, services=services)
     try:
         stats = RunStats()
-        remote = run_oracle_episodes(
-            envs, tasks, CodeOracle, tokenizer, _config(), seed=5, stats=stats, progress=False
-        )
+        remote = run_oracle_episodes(envs, tasks, CodeOracle, tokenizer, _config(), seed=5, stats=stats)
         nodes = {envs.ray.get(a.where.remote())["node_id"] for a in envs.actors}
         actor_pids = {envs.ray.get(a.where.remote())["pid"] for a in envs.actors}
         backends = [envs.ray.get(a.sandbox_pools.remote()) for a in envs.actors]
@@ -132,9 +124,7 @@ def test_each_episode_on_an_actor_leases_a_pristine_box(ray_cluster, tokenizer):
     config = _config(concurrency=1)
     try:
         stats = RunStats()
-        episodes = run_oracle_episodes(
-            envs, tasks, PlantingAgent, tokenizer, config, seed=0, stats=stats, progress=False
-        )
+        episodes = run_oracle_episodes(envs, tasks, PlantingAgent, tokenizer, config, seed=0, stats=stats)
         (actor,) = envs.actors
         (pool,) = envs.ray.get(actor.sandbox_pools.remote())
     finally:
@@ -154,9 +144,7 @@ def test_actors_on_one_node_lease_from_that_nodes_pool(ray_cluster, tokenizer):
     envs = _ray_envs(ENV_KWARGS, envs_per_actor=1)
     try:
         stats = RunStats()
-        episodes = run_oracle_episodes(
-            envs, tasks, CodeOracle, tokenizer, _config(), seed=1, stats=stats, progress=False
-        )
+        episodes = run_oracle_episodes(envs, tasks, CodeOracle, tokenizer, _config(), seed=1, stats=stats)
         placed = [
             (envs.ray.get(a.where.remote()), envs.ray.get(a.sandbox_pools.remote())) for a in envs.actors
         ]
@@ -204,14 +192,7 @@ def test_a_box_held_by_a_dead_actor_goes_back_to_the_node_pool(ray_cluster, toke
     try:
         stats = RunStats()
         episodes = run_oracle_episodes(
-            envs,
-            tasks,
-            KillWhileLeased,
-            tokenizer,
-            _config(concurrency=1),
-            seed=0,
-            stats=stats,
-            progress=False,
+            envs, tasks, KillWhileLeased, tokenizer, _config(concurrency=1), seed=0, stats=stats
         )
         (actor,) = envs.actors
         (pool,) = envs.ray.get(actor.sandbox_pools.remote())
@@ -237,20 +218,12 @@ def test_sql_env_through_the_node_pool_gives_the_local_episodes(ray_cluster, tok
     tasks = list(probe.unwrapped.load_tasks("train"))[:4]
     probe.close()
     local = run_oracle_episodes(
-        lambda: agentrl.make(env_id, **kwargs),
-        tasks,
-        SQLOracle,
-        tokenizer,
-        _config(),
-        seed=0,
-        progress=False,
+        lambda: agentrl.make(env_id, **kwargs), tasks, SQLOracle, tokenizer, _config(), seed=0
     )
     envs = RayEnvs(env_id, kwargs, RaySettings(num_cpus_per_env=0.25, call_timeout_s=90))
     try:
         stats = RunStats()
-        remote = run_oracle_episodes(
-            envs, tasks, SQLOracle, tokenizer, _config(), seed=0, stats=stats, progress=False
-        )
+        remote = run_oracle_episodes(envs, tasks, SQLOracle, tokenizer, _config(), seed=0, stats=stats)
         pools = {p["host"]["pid"]: p for a in envs.actors for p in envs.ray.get(a.sandbox_pools.remote())}
         actor_pids = {envs.ray.get(a.where.remote())["pid"] for a in envs.actors}
     finally:

@@ -57,20 +57,12 @@ def test_ray_placement_gives_the_same_episodes_as_local(ray_cluster, tokenizer):
 
     tasks = _tasks(6)
     local = run_oracle_episodes(
-        lambda: agentrl.make(ENV_ID, **ENV_KWARGS),
-        tasks,
-        SearchOracle,
-        tokenizer,
-        _config(),
-        seed=3,
-        progress=False,
+        lambda: agentrl.make(ENV_ID, **ENV_KWARGS), tasks, SearchOracle, tokenizer, _config(), seed=3
     )
     envs = _ray_envs(num_cpus_per_env=0.25, envs_per_actor=2, call_timeout_s=60)
     try:
         stats = RunStats()
-        remote = run_oracle_episodes(
-            envs, tasks, SearchOracle, tokenizer, _config(), seed=3, stats=stats, progress=False
-        )
+        remote = run_oracle_episodes(envs, tasks, SearchOracle, tokenizer, _config(), seed=3, stats=stats)
         nodes = {envs.ray.get(a.where.remote())["node_id"] for a in envs.actors}
     finally:
         envs.shutdown()
@@ -112,19 +104,10 @@ def test_an_env_actor_killed_mid_episode_costs_only_its_episode(ray_cluster, tok
     try:
         stats = RunStats()
         episodes = run_oracle_episodes(
-            envs,
-            tasks,
-            KillOnSecondTurn,
-            tokenizer,
-            _config(),
-            seed=0,
-            stats=stats,
-            progress=False,
+            envs, tasks, KillOnSecondTurn, tokenizer, _config(), seed=0, stats=stats
         )
         # the pool replaced the dead actor: a later run still works
-        (again,) = run_oracle_episodes(
-            envs, [tasks[1]], SearchOracle, tokenizer, _config(), seed=1, progress=False
-        )
+        (again,) = run_oracle_episodes(envs, [tasks[1]], SearchOracle, tokenizer, _config(), seed=1)
     finally:
         envs.shutdown()
     assert [e.failed for e in episodes] == [False, True, False, False]
@@ -145,25 +128,12 @@ def test_an_episode_lost_with_its_actor_is_rerun_when_configured(ray_cluster, to
     try:
         stats = RunStats()
         episodes = run_oracle_episodes(
-            envs,
-            tasks,
-            KillOnSecondTurn,
-            tokenizer,
-            _config(),
-            seed=0,
-            stats=stats,
-            progress=False,
+            envs, tasks, KillOnSecondTurn, tokenizer, _config(), seed=0, stats=stats
         )
     finally:
         envs.shutdown()
     local = run_oracle_episodes(
-        lambda: agentrl.make(ENV_ID, **ENV_KWARGS),
-        tasks,
-        SearchOracle,
-        tokenizer,
-        _config(),
-        seed=0,
-        progress=False,
+        lambda: agentrl.make(ENV_ID, **ENV_KWARGS), tasks, SearchOracle, tokenizer, _config(), seed=0
     )
     assert KillOnSecondTurn.kills_left == 0, "the actor was killed"
     assert stats.retried == 1 and stats.failed == 0
@@ -226,7 +196,7 @@ def test_a_slow_env_start_is_cut_by_the_start_limit_not_the_watchdog(ray_cluster
             stats = RunStats()
             try:
                 episodes = run_episodes(
-                    envs, ["k1", "k2"], gen, tokenizer, _config(watchdog_s=2.0), stats=stats, progress=False
+                    envs, ["k1", "k2"], gen, tokenizer, _config(watchdog_s=2.0), stats=stats
                 )
             finally:
                 envs.shutdown()
@@ -248,7 +218,7 @@ def test_a_hung_remote_call_times_out_and_fails_only_its_episode(ray_cluster, to
         envs = RayEnvs(_hanging_lookup_env, None, RaySettings(num_cpus_per_env=0.25, call_timeout_s=10))
         try:
             gen = ScriptedGenerator(tokenizer, lookup_script)
-            episodes = run_episodes(envs, ["k1", "k2", "k3"], gen, tokenizer, _config(), progress=False)
+            episodes = run_episodes(envs, ["k1", "k2", "k3"], gen, tokenizer, _config())
         finally:
             envs.shutdown()
     assert [e.failed for e in episodes] == [False, True, False]
@@ -273,15 +243,11 @@ def test_a_slow_remote_step_does_not_hold_the_run_past_the_watchdog(ray_cluster,
         envs = RayEnvs(slow_node, None, RaySettings(num_cpus_per_env=0.25, call_timeout_s=600))
         try:
             gen = ScriptedGenerator(tokenizer, lookup_script)
-            run_episodes(
-                envs, ["k1", "k3", "k1"], gen, tokenizer, _config(), progress=False
-            )  # three warm actors
+            run_episodes(envs, ["k1", "k3", "k1"], gen, tokenizer, _config())  # three warm actors
             stats = RunStats()
             start = time.monotonic()
             config = _config(watchdog_s=10.0)
-            episodes = run_episodes(
-                envs, ["k1", "k2", "k3"], gen, tokenizer, config, stats=stats, progress=False
-            )
+            episodes = run_episodes(envs, ["k1", "k2", "k3"], gen, tokenizer, config, stats=stats)
             returned_after = time.monotonic() - start
             alive = len(envs.actors)
         finally:

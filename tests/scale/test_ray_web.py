@@ -35,21 +35,13 @@ def test_webshop_envs_in_ray_actors_share_the_shop_and_equal_local(ray_cluster, 
 
     tasks = _tasks(4)
     local = run_oracle_episodes(
-        lambda: agentrl.make(ENV_ID, **ENV_KWARGS),
-        tasks,
-        WebShopOracle,
-        tokenizer,
-        _config(),
-        seed=2,
-        progress=False,
+        lambda: agentrl.make(ENV_ID, **ENV_KWARGS), tasks, WebShopOracle, tokenizer, _config(), seed=2
     )
     settings = RaySettings(num_cpus_per_env=0.25, envs_per_actor=1, call_timeout_s=60, services=services)
     envs = RayEnvs(ENV_ID, ENV_KWARGS, settings)
     try:
         stats = RunStats()
-        remote = run_oracle_episodes(
-            envs, tasks, WebShopOracle, tokenizer, _config(), seed=2, stats=stats, progress=False
-        )
+        remote = run_oracle_episodes(envs, tasks, WebShopOracle, tokenizer, _config(), seed=2, stats=stats)
         urls = {url for a in envs.actors for url in envs.ray.get(a.shop_urls.remote())}
         placed = {envs.ray.get(a.where.remote())["node_id"] for a in envs.actors}
         shops = [envs.ray.get(s.where.remote()) for s in envs.services.shops.values()]

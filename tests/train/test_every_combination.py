@@ -80,9 +80,9 @@ def make_world():
         cfg = load_config(None, [*BASE, f"rollout.folding={folding}"], validate=False)
         runner = dataclasses.replace(cfg.rollout, group_size=1)
         generator = make_generator("hf", model=model, tokenizer=tokenizer, seed=0, max_batch_size=8)
-        sampled = run_episodes(make_env, tasks, generator, tokenizer, runner, seed=1, progress=False)
+        sampled = run_episodes(make_env, tasks, generator, tokenizer, runner, seed=1)
         demo = dataclasses.replace(runner, max_new_tokens=512)
-        solved = run_oracle_episodes(make_env, tasks, oracle, tokenizer, demo, seed=2, progress=False)
+        solved = run_oracle_episodes(make_env, tasks, oracle, tokenizer, demo, seed=2)
         episodes[folding] = [ep for ep in sampled + solved if not ep.failed]
     state = {k: v.clone() for k, v in model.state_dict().items()}
     return tokenizer, model, state, episodes

@@ -212,7 +212,7 @@ def test_runner_episodes_do_not_depend_on_concurrency(tiny_generator):
         )  # fmt: skip
         return run_episodes(
             "agentrl/Search-v0", [None] * 4, tiny_generator, tiny_generator.tokenizer, config, seed=5,
-            progress=False, env_kwargs={"max_turns": 2, "hops": "single"},
+            env_kwargs={"max_turns": 2, "hops": "single"},
         )  # fmt: skip
 
     one, eight = run(1), run(8)
