@@ -214,8 +214,7 @@ class Branch(Context):
 
     async def finish(self, episode: Episode) -> None:
         self.run.progress.touch("judge")
-        rules = process_rewards.ProcessRewardConfig.from_settings(self.config)
-        await process_rewards.assign_process_rewards(episode, rules, self.run.judge)
+        await process_rewards.assign_process_rewards(episode, self.config, self.run.judge)
         self.run.progress.touch("done")
 
 

@@ -4,7 +4,7 @@
 YAML and dotted overrides) and what code passes to :func:`agentrl.rollout.runner.run_episodes`:
 there is no second copy of these fields. :meth:`RolloutConfig.validate` is their one check (the
 sampler's ranges through :meth:`RolloutConfig.sampling`, FoldGRPO's process-reward settings through
-:func:`agentrl.rollout.process_rewards.check_settings`); every error names the field and the fix.
+FoldGRPO's process-reward settings included); every error names the field and the fix.
 What is not a setting - a progress bar, callbacks, the env's constructor arguments, lockstep
 batching - is a keyword argument of the runner.
 
@@ -14,10 +14,18 @@ batching - is a keyword argument of the runner.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 
 from agentrl.errors import ConfigError, check_choice
 from agentrl.rollout.generators.base import SamplingParams
+
+#: who judges a FoldGRPO branch's scope (``rollout.scope_judge``)
+JUDGES = ("rule", "policy", "openai", "none")
+#: the process-reward settings, which have effect only with ``folding=branch``
+PROCESS_REWARD_SETTINGS = ("unfolded_penalty", "unfolded_threshold", "failure_penalty", "scope_penalty",
+                           "scope_judge", "scope_judge_url", "scope_judge_model", "scope_judge_timeout_s")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -86,8 +94,6 @@ class RolloutConfig:
     def validate(self, prefix: str = "rollout") -> None:
         """Raise ConfigError naming the field (``prefix.name``) and the fix for any bad value: the one
         check of these settings, whether they come from YAML or are built in code."""
-        from agentrl.rollout import process_rewards
-
         check_choice(f"{prefix}.backend", self.backend, ("hf", "vllm", "openai"))
         if self.backend == "openai" and not self.base_url:
             raise ConfigError(
@@ -106,7 +112,7 @@ class RolloutConfig:
         ):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}")
-        process_rewards.check_settings(self, prefix)
+        self._check_process_rewards(prefix)
         check_choice(f"{prefix}.folding", self.folding, ("none", "branch", "summary"))
         check_choice(f"{prefix}.template_mode", self.template_mode, ("auto", "concat", "per_turn"))
         if self.max_new_tokens >= self.max_context_tokens:
@@ -116,6 +122,40 @@ class RolloutConfig:
                 "lower max_new_tokens or raise max_context_tokens",
             )
         self.sampling()  # temperature / top_p ranges: the sampler's own check
+
+    def _check_process_rewards(self, prefix: str) -> None:
+        """FoldGRPO's process rewards: penalties finite and <= 0, the threshold in (0, 1], the judge
+        one of :data:`JUDGES` (``openai`` needs a URL), its timeout > 0; and a setting changed from
+        its default has effect only with ``folding=branch``."""
+        for name in ("unfolded_penalty", "failure_penalty", "scope_penalty"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value <= 0):
+                raise ConfigError(f"{prefix}.{name}", f"must be a finite penalty <= 0, got {value}")
+        if not 0.0 < self.unfolded_threshold <= 1.0:
+            raise ConfigError(
+                f"{prefix}.unfolded_threshold",
+                f"must be a fraction of max_context_tokens in (0, 1], got {self.unfolded_threshold}",
+            )
+        check_choice(f"{prefix}.scope_judge", self.scope_judge, JUDGES)
+        if self.scope_judge == "openai" and not self.scope_judge_url:
+            raise ConfigError(
+                f"{prefix}.scope_judge_url",
+                "is required with scope_judge=openai",
+                f"set {prefix}.scope_judge_url=http://HOST:PORT/v1",
+            )
+        if not self.scope_judge_timeout_s > 0:
+            raise ConfigError(
+                f"{prefix}.scope_judge_timeout_s", f"must be > 0, got {self.scope_judge_timeout_s}"
+            )
+        if self.folding != "branch":
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            changed = [name for name in PROCESS_REWARD_SETTINGS if getattr(self, name) != defaults[name]]
+            if changed:
+                raise ConfigError(
+                    f"{prefix}.{changed[0]}",
+                    f"process rewards are computed only with {prefix}.folding=branch (folding is {self.folding!r})",
+                    f"set {prefix}.folding=branch or leave {prefix}.{changed[0]} at its default",
+                )
 
     def sampling(self, **request: object) -> SamplingParams:
         """The sampler's request for one turn under these settings (``request``: per-call fields such
