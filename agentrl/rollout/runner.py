@@ -18,6 +18,7 @@ import contextlib
 import inspect
 import logging
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -195,8 +196,11 @@ class Runner:
             self._running.pop(job.index, None)
             if getattr(env, "close_never_blocks", False):
                 _close_quietly(env)  # a remote env frees its actor slot now, before the next episode starts
-            else:  # close() may hang in a broken env: do not wait for it
-                asyncio.get_running_loop().run_in_executor(executor, _close_quietly, env)
+            else:  # close() may hang in a broken env: do not wait for it, and let no run's end cancel it
+                # (a close queued in the pool when the run ends would be dropped, the env left to the GC)
+                threading.Thread(
+                    target=_close_quietly, args=(env,), name="agentrl-env-close", daemon=True
+                ).start()
 
     async def _job(
         self, job: _Job, executor: ThreadPoolExecutor, make_policy: Callable[[], SamplingPolicy]
