@@ -22,6 +22,13 @@ sandbox_app = typer.Typer(no_args_is_help=True, help="Build sandbox images and r
 app.add_typer(sandbox_app, name="sandbox")
 
 
+def _step_info(info: dict[str, Any]) -> Any:
+    """A step's info for the transcript: its flat gymnasium keys (the typed outcome says the same)."""
+    from agentrl.outcome import OUTCOME
+
+    return _jsonable({k: v for k, v in info.items() if k != OUTCOME})
+
+
 def _jsonable(value: Any) -> Any:
     try:
         json.dumps(value)
@@ -106,7 +113,7 @@ class _Console:
     def reset(self, obs: Any, info: dict[str, Any] | None = None) -> None:
         if info is None:  # the agent's reset(task); the observer's reset comes first
             return
-        self.transcript.append({"observation": obs, "info": _jsonable(info)})
+        self.transcript.append({"observation": obs, "info": _step_info(info)})
         if not self.as_json:
             unwrapped = self.env.unwrapped
             typer.echo(f"[system] {unwrapped.system_prompt}")
@@ -132,7 +139,7 @@ class _Console:
     def step(self, action: str, result: tuple[Any, ...]) -> None:
         obs, reward, terminated, truncated, info = result
         self.transcript.append({"action": action, "observation": obs, "reward": reward, "terminated": terminated,
-                                "truncated": truncated, "info": _jsonable(info)})  # fmt: skip
+                                "truncated": truncated, "info": _step_info(info)})  # fmt: skip
         if self.as_json:
             return
         typer.echo(f"[observation] {obs}" if obs else "")

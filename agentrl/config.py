@@ -21,6 +21,8 @@ from typing import Any
 import yaml
 
 from agentrl.errors import ConfigError
+from agentrl.errors import check_choice as _choice
+from agentrl.rollout.settings import RolloutConfig as RolloutConfig  # the one rollout settings class
 
 
 # --------------------------------------------------------------------------- sections
@@ -75,6 +77,8 @@ class EnvConfig:
     """With placement ray: custom resource labels each env actor needs, e.g. {envnode: 1}."""
     ray_call_timeout_s: float = 120.0
     """With placement ray: timeout of each remote env call (reset/step); past it the episode fails."""
+    ray_start_timeout_s: float = 300.0
+    """With placement ray: how long an episode waits for its env to start (an actor on a node with room, the env built on it); the rollout watchdog and episode timeout do not count this wait."""
     ray_lost_retries: int = 0
     """With placement ray: times an episode whose env actor died is rerun on a new actor (0: recorded failed)."""
     ray_services: str = "node"
@@ -92,84 +96,6 @@ class EnvConfig:
         from agentrl.rollout.remote_env import validate_placement
 
         validate_placement(self, prefix)
-
-
-@dataclass(frozen=True)
-class RolloutConfig:
-    backend: str = "hf"
-    """Generator backend: hf | vllm | openai."""
-    base_url: str | None = None
-    """Server URL for the openai backend (e.g. http://127.0.0.1:8000/v1)."""
-    group_size: int = 4
-    """Rollouts per task (G) for group-relative advantages."""
-    tasks_per_step: int = 4
-    """Tasks sampled per training step."""
-    concurrency: int = 8
-    """Episodes run at once."""
-    max_new_tokens: int = 128
-    """Token budget of one assistant turn."""
-    max_context_tokens: int = 2048
-    """Token budget of a whole episode context; the episode is truncated past it."""
-    temperature: float = 1.0
-    """Sampling temperature."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold."""
-    episode_timeout_s: float = 300.0
-    """Wall-clock budget of one episode."""
-    watchdog_s: float = 120.0
-    """An episode with no progress for this long is named, then cancelled."""
-    folding: str = "none"
-    """Context folding: none | branch (FoldGRPO branch/return) | summary (SUPO/FoldAct)."""
-    summary_threshold: int = 1536
-    """With folding=summary: summarize when the working context passes this many tokens."""
-    max_summaries: int = 4
-    """With folding=summary: at most this many summaries (context restarts) per episode."""
-    max_branches: int = 10
-    """With folding=branch: at most this many branches per episode."""
-    branch_max_turns: int = 8
-    """With folding=branch: a branch that runs this many env turns without return is closed."""
-    top_k: int = 0
-    """Top-k sampling (0 = off)."""
-    template_mode: str = "auto"
-    """Token bookkeeping: auto (concat if the chat template passes the conformance check, else one row per turn) | concat | per_turn."""
-    tool_schemas: bool = True
-    """Render the tools' JSON schemas into the system prompt; false when the env's system prompt already documents its tools (fewer prompt tokens)."""
-    watchdog_action: str = "cancel"
-    """What the watchdog does with a stalled episode: cancel (record it as failed) | retry (fresh env, up to max_retries)."""
-    max_retries: int = 1
-    """With watchdog_action=retry: re-runs of a stalled episode."""
-    unfolded_penalty: float = -1.0
-    """With folding=branch: FoldGRPO process reward Q on each main-thread token generated once the main context is past unfolded_threshold (branch-creating turns exempt); paper: -1."""
-    unfolded_threshold: float = 0.5
-    """With folding=branch: fraction of max_context_tokens past which main-thread tokens get unfolded_penalty; paper: 0.5."""
-    failure_penalty: float = -1.0
-    """With folding=branch: Q on each token of a turn whose tool call failed (tool error, malformed call, misplaced branch/return); paper: -1."""
-    scope_penalty: float = -0.2
-    """With folding=branch: Q on each token of a branch the scope judge finds went beyond its sub-task; paper: -0.2."""
-    scope_judge: str = "rule"
-    """With folding=branch: who judges branch scope: rule (content-word rules, no model) | policy (the rollout's own generator) | openai (an OpenAI-compatible server at scope_judge_url; the paper used GPT-5-nano) | none."""
-    scope_judge_url: str | None = None
-    """With scope_judge=openai: the server's base URL (e.g. http://127.0.0.1:8000/v1)."""
-    scope_judge_model: str = ""
-    """With scope_judge=openai: model name to request ("" = the first one the server lists)."""
-    scope_judge_timeout_s: float = 30.0
-    """Timeout of one scope-judge call (an LLM judge that fails or times out fails its episode)."""
-
-    def validate(self, prefix: str) -> None:
-        """The backend here; every setting the runner, agent and sampler read is checked once, by
-        the runner's own config (:meth:`agentrl.rollout.runner.RunnerConfig.validate`)."""
-        from agentrl.rollout.runner import RunnerConfig
-
-        _choice(f"{prefix}.backend", self.backend, ("hf", "vllm", "openai"))
-        if self.backend == "openai" and not self.base_url:
-            raise ConfigError(
-                f"{prefix}.base_url",
-                "is required with backend=openai",
-                "set rollout.base_url=http://HOST:PORT/v1",
-            )
-        if self.tasks_per_step < 1:
-            raise ConfigError(f"{prefix}.tasks_per_step", f"must be >= 1, got {self.tasks_per_step}")
-        RunnerConfig.from_rollout(self).validate(prefix)
 
 
 @dataclass(frozen=True)
@@ -374,12 +300,6 @@ class RunConfig:
 
 
 # --------------------------------------------------------------------------- machinery
-def _choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
-    if value not in choices:
-        allowed = ", ".join(str(c) for c in choices if c is not None)
-        raise ConfigError(name, f"{value!r} is not allowed", f"use one of: {allowed}")
-
-
 def field_docs(cls: type) -> dict[str, str]:
     """The attribute docstrings of a dataclass (the string literal under each field)."""
     try:

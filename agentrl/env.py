@@ -7,7 +7,10 @@
 for one turn. Tool calls run and their results are the next observation; a final answer ends the
 episode (``terminated``); a budget ends it (``truncated``, set by the wrappers that
 :func:`make` applies). ``info`` always carries ``turn`` and ``tool_calls``; the last step also
-carries ``answer``, ``ground_truth`` and ``metrics``.
+carries ``answer``, ``ground_truth`` and ``metrics``. Those flat keys are for gymnasium users;
+``info["outcome"]`` holds the same step typed (:class:`agentrl.outcome.StepOutcome`: the tool
+outcomes, and the episode's :class:`~agentrl.outcome.EpisodeMetrics` on the last step), which is
+what agentrl's episode loop and evaluation read.
 
 A new environment is one subclass of :class:`TextEnv` that implements ``load_tasks`` and
 ``score`` (and usually ``make_tools`` and ``system_prompt``), plus one :func:`register` call.
@@ -24,6 +27,7 @@ from gymnasium import spaces
 
 from agentrl.actions import ParsedAction, parse_action
 from agentrl.errors import EnvError
+from agentrl.outcome import OUTCOME, EpisodeMetrics, StepOutcome, end_step
 from agentrl.registry import load_entry_point
 from agentrl.tools.base import Tool, ToolOutcome
 
@@ -190,34 +194,21 @@ class TextEnv(gym.Env[str, str]):
         self._turn += 1
         parsed = self.parse(action)
         self._transcript.append(("action", action))
-        info: dict[str, Any] = {"turn": self._turn, "tool_calls": [], "void_turn": parsed.is_void}
-        if parsed.problems:
-            info["action_problems"] = [p.kind for p in parsed.problems]
-            self._metrics["format_errors"] += len(parsed.problems)
+        self._metrics["format_errors"] += len(parsed.problems)
         if parsed.is_void:
             self._metrics["void_turns"] += 1
-
+        problems = tuple(p.kind for p in parsed.problems)
         if parsed.is_final:
-            return self._finish(parsed.answer, info, obs="")
+            return self._finish(parsed.answer, StepOutcome(void=parsed.is_void, problems=problems), obs="")
 
         outcomes = self._run_calls(parsed)
-        info["tool_calls"] = [
-            {
-                "name": o.name,
-                "arguments": o.arguments,
-                "ok": o.ok,
-                "error_kind": o.error_kind,
-                "seconds": o.seconds,
-                "usage": o.usage,
-            }
-            for o in outcomes
-        ]
+        step = StepOutcome(calls=tuple(outcomes), void=parsed.is_void, problems=problems)
         obs = self._format_observation(parsed, outcomes)
         self._transcript.append(("observation", obs))
         done = next((o for o in outcomes if o.done), None)
         if done is not None:
-            return self._finish(done.answer, info, obs=obs)
-        return obs, self.step_reward(parsed, outcomes), False, False, info
+            return self._finish(done.answer, step, obs=obs)
+        return obs, self.step_reward(parsed, outcomes), False, False, step.info(self._turn)
 
     def parse(self, action: str) -> ParsedAction:
         """Turn the model's text into tool calls / an answer. Override to accept more formats."""
@@ -233,19 +224,20 @@ class TextEnv(gym.Env[str, str]):
         return 0.0
 
     def final_info(self, answer: str | None, *, truncated: bool = False) -> tuple[float, dict[str, Any]]:
-        """Score the episode and build the last step's info fields."""
+        """Score the episode and build the last step's info fields (flat, and typed under ``outcome``)."""
         assert self.task is not None
         score = self.score(answer, self.task)
-        metrics = {
+        metrics = EpisodeMetrics(
             **self._metrics,
-            **score.metrics,
-            "reward": float(score.reward),
-            "turns": float(self._turn),
-            "truncated": float(truncated),
-            "answered": float(answer is not None),
-        }
+            reward=float(score.reward),
+            turns=float(self._turn),
+            truncated=float(truncated),
+            answered=float(answer is not None),
+            score=dict(score.metrics),
+        )
         self._done = True
-        return float(score.reward), {"answer": answer, "ground_truth": self.task.answer, "metrics": metrics}
+        final = StepOutcome(ended=True, answer=answer, ground_truth=self.task.answer, metrics=metrics)
+        return float(score.reward), {**final.final_fields(), OUTCOME: final}
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
@@ -254,15 +246,15 @@ class TextEnv(gym.Env[str, str]):
 
     def close(self) -> None:
         self.on_close()
+        self._tools = {}  # tools often close over the env: drop them, so refcounting frees a closed env
         super().close()
 
     # ----------------------------------------------------------------- internals
     def _finish(
-        self, answer: str | None, info: dict[str, Any], obs: str
+        self, answer: str | None, step: StepOutcome, obs: str
     ) -> tuple[str, float, bool, bool, dict[str, Any]]:
         reward, final = self.final_info(answer)
-        info.update(final)
-        return obs, reward, True, False, info
+        return obs, reward, True, False, end_step(step.info(self._turn), final)
 
     def _run_calls(self, parsed: ParsedAction) -> list[ToolOutcome]:
         outcomes = []
@@ -317,7 +309,7 @@ class TurnBudget(gym.Wrapper):
         self._turns += 1
         if not terminated and not truncated and self._turns >= self.max_turns:
             reward, final = self.env.unwrapped.final_info(None, truncated=True)
-            info = {**info, **final}
+            info = end_step(info, final)
             truncated = True
         return obs, reward, terminated, truncated, info
 

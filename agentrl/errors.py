@@ -25,6 +25,13 @@ class ConfigError(AgentRLError, ValueError):
         super().__init__(msg)
 
 
+def check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:
+    """Raise :class:`ConfigError` naming ``name`` unless ``value`` is one of ``choices`` (None: unset)."""
+    if value not in choices:
+        allowed = ", ".join(str(c) for c in choices if c is not None)
+        raise ConfigError(name, f"{value!r} is not allowed", f"use one of: {allowed}")
+
+
 class EnvError(AgentRLError):
     """An environment cannot do what was asked (unknown task id, bad split, env not reset)."""
 

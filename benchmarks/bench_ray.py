@@ -32,9 +32,9 @@ from common import Row, median, parser, percentile, print_table, write_json  # n
 import agentrl
 from agentrl.envs.code.oracle import CodeOracle
 from agentrl.envs.search.oracle import SearchOracle
-from agentrl.rollout.agent import AgentConfig
 from agentrl.rollout.model import load_tokenizer
-from agentrl.rollout.runner import RunnerConfig, RunStats, run_oracle_episodes
+from agentrl.rollout.runner import RunStats, run_oracle_episodes
+from agentrl.rollout.settings import RolloutConfig
 
 ENV_ID = "agentrl/Search-v0"
 ENV_KWARGS = {"split": "train", "hops": "single", "max_turns": 4}
@@ -48,10 +48,13 @@ def step_times(episodes) -> list[float]:
 
 def run(envs, tasks, tokenizer, concurrency: int, oracle=SearchOracle) -> tuple[list, float]:
     # the code oracle's first cell is a whole program: room for it in one turn
-    agent = AgentConfig(max_new_tokens=2048, max_context_tokens=8192)
-    config = RunnerConfig(agent=agent, concurrency=concurrency, progress=False)
+    config = RolloutConfig(
+        max_new_tokens=2048, max_context_tokens=8192, concurrency=concurrency, group_size=1
+    )
     stats = RunStats()
-    episodes = run_oracle_episodes(envs, tasks, oracle, tokenizer, config, seed=0, stats=stats)
+    episodes = run_oracle_episodes(
+        envs, tasks, oracle, tokenizer, config, seed=0, stats=stats, progress=False
+    )
     failed = [e.error for e in episodes if e.failed]
     if failed:
         raise RuntimeError(f"{len(failed)} episodes failed, first: {failed[0]}")

@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 import torch  # noqa: E402
 from common import Row, parser, print_table, write_json  # noqa: E402
 
-from agentrl.rollout.agent import AgentConfig  # noqa: E402
 from agentrl.rollout.generators.hf import HFGenerator  # noqa: E402
 from agentrl.rollout.model import load_model  # noqa: E402
-from agentrl.rollout.runner import RunnerConfig, RunStats, run_episodes  # noqa: E402
+from agentrl.rollout.runner import RunStats, run_episodes  # noqa: E402
+from agentrl.rollout.settings import RolloutConfig  # noqa: E402
 
 
 def main() -> int:
@@ -51,26 +51,28 @@ def main() -> int:
         [None],
         generator,
         tokenizer,
-        RunnerConfig(
-            agent=AgentConfig(max_new_tokens=4, max_turns=1), progress=False, env_kwargs={"max_turns": 1}
-        ),
+        RolloutConfig(max_new_tokens=4, max_turns=1, group_size=1),
+        progress=False,
+        env_kwargs={"max_turns": 1},
     )
     base_eps = None
     for concurrency in levels:
         episodes_n = max(2, concurrency) if concurrency == 1 else concurrency
-        config = RunnerConfig(
-            agent=AgentConfig(
-                max_new_tokens=new_tokens, max_turns=env_turns, temperature=1.0, max_context_tokens=4096
-            ),
-            concurrency=concurrency,
-            progress=False,
-            env_kwargs={"max_turns": env_turns},
-            watchdog_s=600,
-            episode_timeout_s=3600,
-        )
+        config = RolloutConfig(
+            max_new_tokens=new_tokens, max_turns=env_turns, temperature=1.0, max_context_tokens=4096,
+            concurrency=concurrency, group_size=1, watchdog_s=600, episode_timeout_s=3600,
+        )  # fmt: skip
         stats = RunStats()
         episodes = run_episodes(
-            args.env, [None] * episodes_n, generator, tokenizer, config, seed=100, stats=stats
+            args.env,
+            [None] * episodes_n,
+            generator,
+            tokenizer,
+            config,
+            seed=100,
+            stats=stats,
+            progress=False,
+            env_kwargs={"max_turns": env_turns},
         )
         failed = sum(e.failed for e in episodes)
         eps = stats.episodes / stats.wall_s

@@ -16,13 +16,17 @@ from gymnasium.utils.env_checker import check_env
 import agentrl
 from agentrl import TextEnv
 from agentrl.errors import EnvError
+from agentrl.outcome import OUTCOME
 
 
 def _play(env, seed, actions):
     trace = [env.reset(seed=seed)]
     for action in actions:
         obs, reward, terminated, truncated, info = env.step(action)
-        info = {k: v for k, v in info.items() if k != "tool_calls"}
+        # the calls carry wall-clock seconds (flat in tool_calls, typed in the step's outcome): the
+        # rest of each typed call is compared
+        calls = [(c.name, c.arguments, c.ok, c.error_kind, c.text, c.done) for c in info[OUTCOME].calls]
+        info = {k: v for k, v in info.items() if k not in ("tool_calls", OUTCOME)} | {"calls": calls}
         trace.append((obs, reward, terminated, truncated, json.dumps(info, sort_keys=True, default=str)))
         if terminated or truncated:
             break
@@ -45,6 +49,42 @@ def test_scripted_episode_rewards_and_info():
     assert info["metrics"]["em"] == 1.0 and info["metrics"]["tool_calls"] == 2.0 and info["metrics"]["turns"] == 3.0
     with pytest.raises(EnvError):
         env.step("<answer>30</answer>")
+
+
+def test_step_info_carries_the_typed_outcome_the_flat_keys_come_from():
+    """info["outcome"] is the step typed end to end: ToolOutcome per call, the malformed-action kinds,
+    and on the last step the episode's EpisodeMetrics; the gymnasium keys are derived from it."""
+    from agentrl.outcome import EpisodeMetrics, StepOutcome
+    from agentrl.tools.base import ToolOutcome
+
+    env = agentrl.make("test/Counter-v0", max_turns=3)
+    env.reset(seed=0, options={"task_id": "train-3"})
+    _, _, _, _, info = env.step(
+        '<tool_call>{"name": "add", "arguments": {"n": 20}}</tool_call>'
+        '<tool_call>{"name": "add", "arguments": {"n": "twenty"}}</tool_call>'
+    )
+    step = info[OUTCOME]
+    assert isinstance(step, StepOutcome) and all(isinstance(c, ToolOutcome) for c in step.calls)
+    assert [(c.name, c.ok, c.error_kind) for c in step.calls] == [
+        ("add", True, None),
+        ("add", False, "bad_arguments"),
+    ]
+    assert info["tool_calls"] == step.tool_call_records() and info["void_turn"] is step.void is False
+    assert step.error() == "tool call failed: add (bad_arguments)" and step.metrics is None
+    _, _, _, _, info = env.step('<tool_call>{"name": "nope", "arguments": {}}</tool_call>')
+    assert info[OUTCOME].problems == tuple(info["action_problems"]) == ("unknown_tool",)
+    assert info[OUTCOME].error() == "malformed action: unknown_tool"
+    _, reward, _, truncated, info = env.step("add[10]")  # the turn budget ends it: the wrapper adds the final
+    final = info[OUTCOME]
+    assert truncated and final.ended and final.answer is None and final.ground_truth == "30"
+    assert isinstance(final.metrics, EpisodeMetrics) and final.metrics.flat() == info["metrics"]
+    assert (final.metrics.tool_calls, final.metrics.tool_errors, final.metrics.format_errors) == (
+        3.0,
+        1.0,
+        1.0,
+    )
+    assert final.metrics.truncated == 1.0 and final.metrics.score["em"] == 0.0 == reward
+    assert EpisodeMetrics.from_flat(info["metrics"]) == final.metrics  # a saved Episode.metrics, typed again
 
 
 def test_turn_budget_truncates_and_scores_unanswered():

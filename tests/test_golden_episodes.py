@@ -45,7 +45,14 @@ def _clean(value: Any, root: str = "") -> Any:
     """JSON-ready, without wall-clock timings; ``root`` (a tmp folder) becomes ``<ROOT>``; long lists
     of numbers (token ids, sources, masks, log-probs) and long texts become their length and digest."""
     if isinstance(value, dict):
-        return {str(k): _clean(v, root) for k, v in value.items() if k not in TIMING_KEYS and k != "timings"}
+        from agentrl.outcome import StepOutcome
+
+        # an env step's typed outcome (info["outcome"]) is compared through the flat keys derived from it
+        return {
+            str(k): _clean(v, root)
+            for k, v in value.items()
+            if k not in TIMING_KEYS and k != "timings" and not isinstance(v, StepOutcome)
+        }
     if isinstance(value, list | tuple):
         if len(value) > 12 and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
             digest = hashlib.sha256(json.dumps(list(value)).encode()).hexdigest()[:16]
@@ -77,14 +84,12 @@ def _episode(episode: Any, root: str = "") -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- the cases
 def _rollout(tokenizer: Any, script: Any, tasks: list[str], *, env_turns: int = 6, **agent: Any) -> list[Any]:
-    from agentrl.rollout.agent import AgentConfig
     from agentrl.rollout.generators.scripted import ScriptedGenerator
-    from agentrl.rollout.runner import RunnerConfig, run_episodes
+    from agentrl.rollout.runner import run_episodes
+    from agentrl.rollout.settings import RolloutConfig
 
     gen = ScriptedGenerator(tokenizer, script, logprob=-0.25)
-    config = RunnerConfig(
-        agent=AgentConfig(**{"max_new_tokens": 96, **agent}), concurrency=2, group_size=2, progress=False
-    )
+    config = RolloutConfig(**{"max_new_tokens": 96, **agent}, concurrency=2, group_size=2)
     return run_episodes(lambda: make_lookup_env(max_turns=env_turns), tasks, gen, tokenizer, config, seed=7)
 
 
@@ -124,19 +129,18 @@ RETURN_IN_MAIN = '<tool_call>{"name": "return", "arguments": {"message": "done"}
 def _oracles(tokenizer: Any, env_id: str, oracle: str, template_mode: str = "concat") -> list[Any]:
     import agentrl
     from agentrl.registry import load_entry_point
-    from agentrl.rollout.agent import AgentConfig
-    from agentrl.rollout.runner import RunnerConfig, run_oracle_episodes
+    from agentrl.rollout.runner import run_oracle_episodes
+    from agentrl.rollout.settings import RolloutConfig
 
     probe = agentrl.make(env_id)
     tasks = list(probe.unwrapped.load_tasks("train"))[:3]
     probe.close()
-    config = RunnerConfig(
-        agent=AgentConfig(max_new_tokens=512, max_context_tokens=4096, template_mode=template_mode),
-        concurrency=2,
-        progress=False,
-        env_kwargs={"max_turns": 6},
+    config = RolloutConfig(
+        max_new_tokens=512, max_context_tokens=4096, template_mode=template_mode, concurrency=2, group_size=1
     )
-    return run_oracle_episodes(env_id, tasks, load_entry_point(oracle), tokenizer, config, seed=5)
+    return run_oracle_episodes(
+        env_id, tasks, load_entry_point(oracle), tokenizer, config, seed=5, env_kwargs={"max_turns": 6}
+    )
 
 
 def _eval(suite: str, agent: str, limit: int = 2) -> dict[str, Any]:
@@ -286,10 +290,10 @@ def _first_task(env_id: str) -> str:
 
 
 def _oracle_lookup(tokenizer: Any) -> list[Any]:
-    from agentrl.rollout.agent import AgentConfig
-    from agentrl.rollout.runner import RunnerConfig, run_oracle_episodes
+    from agentrl.rollout.runner import run_oracle_episodes
+    from agentrl.rollout.settings import RolloutConfig
 
-    config = RunnerConfig(agent=AgentConfig(max_new_tokens=64), concurrency=2, progress=False)
+    config = RolloutConfig(max_new_tokens=64, concurrency=2, group_size=1)
     return run_oracle_episodes(make_lookup_env, ["k1", "k2"], LookupOracle, tokenizer, config)
 
 

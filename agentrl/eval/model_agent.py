@@ -196,18 +196,20 @@ def run_model_jobs(
     Returns:
         ``(episode, seconds)`` per job, and the setup seconds (loading the model or tokenizer).
     """
-    from agentrl.rollout.agent import AgentConfig
-    from agentrl.rollout.runner import RunnerConfig, run_episodes
+    from agentrl.rollout.runner import run_episodes
+    from agentrl.rollout.settings import RolloutConfig
 
     budgets = settings or ModelEvalConfig.from_env()
     start = time.perf_counter()
     generator, tokenizer = build_generator(spec, seed, budgets)
     setup_s = time.perf_counter() - start
-    agent = AgentConfig(
+    rollout = RolloutConfig(
         max_new_tokens=budgets.max_new_tokens,
         max_context_tokens=budgets.max_context_tokens,
         temperature=0.0 if suite.k == 1 else 1.0,
-        seed=seed,
+        concurrency=max(1, concurrency),
+        group_size=suite.k,
+        episode_timeout_s=budgets.episode_timeout_s,
     )
     results: list[tuple[Episode, float]] = []
     try:
@@ -216,22 +218,16 @@ def run_model_jobs(
             if not part_jobs:
                 continue
             first = [j for j in part_jobs if j.sample == 0]  # one entry per task; the group repeats it
-            config = RunnerConfig(
-                agent=agent,
-                concurrency=max(1, concurrency),
-                group_size=suite.k,
-                episode_timeout_s=budgets.episode_timeout_s,
-                timeout_setting=budgets.setting("episode_timeout_s"),
-                progress=False,
-                env_kwargs={"split": suite.split, **{k: v for k, v in part.kwargs.items() if v is not None}},
-            )
             episodes = run_episodes(
                 part.env_id if remote is None else remote[part.env_id],  # --ray: envs in Ray actors
                 [j.task for j in first],
                 generator,
                 tokenizer,
-                config,
+                rollout,
                 seeds=[j.seed for j in first],
+                timeout_setting=budgets.setting("episode_timeout_s"),
+                progress=False,
+                env_kwargs={"split": suite.split, **{k: v for k, v in part.kwargs.items() if v is not None}},
             )
             if len(episodes) != len(part_jobs):
                 raise GeneratorError(f"rollout returned {len(episodes)} episodes for {len(part_jobs)} jobs")

@@ -13,6 +13,7 @@ from typing import Any
 from agentrl.env import Task, solved, success_metric
 from agentrl.eval.report import failure_bucket
 from agentrl.eval.suites import Part, Suite
+from agentrl.outcome import EpisodeMetrics
 from agentrl.trajectory import Episode
 
 
@@ -45,6 +46,8 @@ def episode_record(suite: Suite, job: Job, episode: Episode, seconds: float) -> 
     """The flat per-episode record the report is built from."""
     metrics = dict(episode.metrics)
     success = solved(metrics, episode.outcome, suite.success or success_metric(job.part.env_id))
+    # the env's typed metrics (a failed episode has none)
+    m = EpisodeMetrics.from_flat(metrics) if metrics else None
     record = {
         "episode_id": episode.episode_id,
         "env_id": job.part.env_id,
@@ -58,14 +61,14 @@ def episode_record(suite: Suite, job: Job, episode: Episode, seconds: float) -> 
         "success": success,
         "answer": episode.answer,
         "ground_truth": episode.ground_truth if episode.ground_truth is not None else job.task.answer,
-        "turns": int(metrics.get("turns", episode.num_turns)),
+        "turns": int(m.turns) if m else episode.num_turns,
         "terminated": episode.terminated,
         "truncated": episode.truncated,
-        "answered": bool(metrics.get("answered", episode.answer is not None)),
-        "tool_calls": int(metrics.get("tool_calls", 0)),
-        "tool_errors": int(metrics.get("tool_errors", 0)),
-        "format_errors": int(metrics.get("format_errors", 0)),
-        "void_turns": int(metrics.get("void_turns", 0)),
+        "answered": bool(m.answered) if m else episode.answer is not None,
+        "tool_calls": int(m.tool_calls) if m else 0,
+        "tool_errors": int(m.tool_errors) if m else 0,
+        "format_errors": int(m.format_errors) if m else 0,
+        "void_turns": int(m.void_turns) if m else 0,
         "metrics": metrics,
         "error": episode.error,
         "seconds": seconds,

@@ -8,8 +8,12 @@ is the one place the agent truncates). How turns become contexts and training ro
 concatenated row, a row per turn, branch/return folding, summaries, or text only - is the context
 strategy (:mod:`agentrl.rollout.context`) chosen once; the loop has no mode checks. The turn cap
 comes from the env's own turn budget (its TurnBudget wrapper) and the strategy's
-``turns_per_env_turn`` unless ``max_turns`` is set. Sampled ids are appended exactly as sampled;
-nothing is re-tokenized.
+``turns_per_env_turn`` unless ``rollout.max_turns`` is set. An env with a ``start()`` (a remote env:
+a Ray actor, the env built on it) is started first, in the ``starting`` phase the runner's watchdog
+does not count. Env steps come back typed (``info["outcome"]``: :mod:`agentrl.outcome`); the
+context strategy refers back to its run weakly, so a finished run is freed by refcounting.
+Settings are the one :class:`~agentrl.rollout.settings.RolloutConfig`. Sampled ids are appended
+exactly as sampled; nothing is re-tokenized.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentrl.errors import ConfigError
+from agentrl.outcome import OUTCOME, StepOutcome
 from agentrl.rollout import process_rewards
 from agentrl.rollout.context import Context, choose_context
 from agentrl.rollout.generators.base import GenerationOutput, SamplingParams, derive_seed
+from agentrl.rollout.settings import RolloutConfig
 from agentrl.trajectory import Episode, Segment, Turn
 
 MAX_ACTION_ECHO = 200
@@ -77,68 +82,6 @@ class ModelPolicy:
 
 
 @dataclass
-class AgentConfig:
-    """Per-episode budgets and folding options (built from RolloutConfig by the runner)."""
-
-    max_new_tokens: int = 128
-    max_context_tokens: int = 2048
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    #: all generated turns, branches and summaries included; None: the context strategy's cap for
-    #: the env's own turn budget (:meth:`agentrl.rollout.context.Context.turn_cap`)
-    max_turns: int | None = None
-    folding: str = "none"  # none | branch | summary
-    summary_threshold: int = 1536
-    max_summaries: int = 4
-    max_branches: int = 10
-    branch_max_turns: int = 8
-    template_mode: str = "auto"  # auto | concat | per_turn
-    tool_schemas: bool = True  # render the tools' JSON schemas into the system prompt
-    seed: int | None = None
-    # FoldGRPO process rewards (folding=branch); defaults are the paper's, see RolloutConfig
-    unfolded_penalty: float = -1.0
-    unfolded_threshold: float = 0.5
-    failure_penalty: float = -1.0
-    scope_penalty: float = -0.2
-    scope_judge: str = "rule"  # rule | policy | openai | none
-    scope_judge_url: str | None = None
-    scope_judge_model: str = ""
-    scope_judge_timeout_s: float = 30.0
-
-    def validate(self, prefix: str = "rollout") -> None:
-        """Raise ConfigError naming the field (``prefix.name``) for bad values: the one check of these
-        settings, whether they come from a run config's ``rollout`` section or are built in code."""
-        process_rewards.check_settings(self, prefix)
-        choices = {"folding": ("none", "branch", "summary"), "template_mode": ("auto", "concat", "per_turn")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(
-                    f"{prefix}.{name}",
-                    f"{getattr(self, name)!r} is not allowed",
-                    f"use one of: {', '.join(allowed)}",
-                )
-        for name in ("max_new_tokens", "max_context_tokens", "max_turns"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}")
-        if self.max_new_tokens >= self.max_context_tokens:
-            raise ConfigError(
-                f"{prefix}.max_new_tokens",
-                f"{self.max_new_tokens} leaves no room in max_context_tokens={self.max_context_tokens}",
-                "lower max_new_tokens or raise max_context_tokens",
-            )
-        self.sampling()  # temperature / top_p ranges: the sampler's own check
-
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(
-            max_new_tokens=self.max_new_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-        )
-
-
-@dataclass
 class Progress:
     """What the watchdog and the progress display read while the episode runs."""
 
@@ -146,7 +89,9 @@ class Progress:
     episode_id: str
     turn: int = 0
     last_action: str = ""
-    phase: str = "reset"  # reset | generate | env | done
+    #: starting (an env's own start: a Ray actor, the env built on it; not watched) | reset |
+    #: generate | env | between | judge | done
+    phase: str = "reset"
     last_progress: float = field(default_factory=time.monotonic)
     sandbox_id: str | None = None
     generate_s: float = 0.0
@@ -177,7 +122,7 @@ def play_text(env: Any, agent: Any, *, env_id: str = "", seed: int | None = None
     :class:`EpisodeRun` arguments (episode_id, group_id ...). :class:`EndEpisode` propagates."""
     from agentrl.rollout.context import Text
 
-    episode_run = EpisodeRun(env, TextPolicy(agent), None, AgentConfig(), env_id=env_id, call_env=_call_awaiting,
+    episode_run = EpisodeRun(env, TextPolicy(agent), None, RolloutConfig(), env_id=env_id, call_env=_call_awaiting,
                              seed=seed, options=options, context=Text, observer=observer, **run)  # fmt: skip
     return asyncio.run(episode_run.run())
 
@@ -220,7 +165,7 @@ class EpisodeRun:
         env: Any,
         policy: SamplingPolicy,
         tokenizer: Any,
-        config: AgentConfig,
+        config: RolloutConfig,
         *,
         env_id: str,
         call_env: Callable[..., Awaitable[Any]] | None = None,
@@ -239,7 +184,6 @@ class EpisodeRun:
         ``context``: the strategy class the runner chose once (default: :func:`choose_context`).
         ``observer``: sees the raw env results as they come (``reset(obs, info)``, ``step(action,
         (obs, reward, terminated, truncated, info))``): ``agentrl play``'s transcript."""
-        config.validate()
         context = context or choose_context(config, tokenizer)
         if judge is None and context.needs_judge:
             judge = process_rewards.build_judge(config)  # rule / openai / none ("policy" needs the runner's)
@@ -255,6 +199,7 @@ class EpisodeRun:
         self.seed = seed
         self.sampling_seed = sampling_seed
         self._generate_calls = 0
+        self._started = False
         self.options = options
         self.policy_version = policy_version
         self.progress = Progress(env_id=env_id, episode_id=self.episode_id)
@@ -274,12 +219,10 @@ class EpisodeRun:
         self.progress.touch("generate")
         t0 = time.perf_counter()
         budget = self.config.max_context_tokens - len(prompt)
-        sampling = self.config.sampling()
-        if budget < sampling.max_new_tokens:
-            sampling = SamplingParams(**{**sampling.__dict__, "max_new_tokens": max(1, budget)})
+        request: dict[str, Any] = {"max_new_tokens": max(1, min(self.config.max_new_tokens, budget))}
         if self.sampling_seed is not None:
-            seed = derive_seed(self.sampling_seed, self._generate_calls)
-            sampling = SamplingParams(**{**sampling.__dict__, "seed": seed})
+            request["seed"] = derive_seed(self.sampling_seed, self._generate_calls)
+        sampling = self.config.sampling(**request)
         self._generate_calls += 1
         out = await self.policy.generate(prompt, sampling, observation)
         self.progress.generate_s += time.perf_counter() - t0
@@ -309,8 +252,8 @@ class EpisodeRun:
             timings=self.context.turn_timings(out),
         )
 
-    async def _env(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        self.progress.touch("env")
+    async def _env(self, fn: Callable[..., Any], *args: Any, phase: str = "env", **kwargs: Any) -> Any:
+        self.progress.touch(phase)
         t0 = time.perf_counter()
         try:
             return await self.call_env(fn, *args, **kwargs)
@@ -327,25 +270,31 @@ class EpisodeRun:
 
     def _fill_step(self, turn: Turn, step: tuple[Any, ...], env_s: float) -> None:
         obs, reward, _terminated, _truncated, info = step
+        outcome: StepOutcome = info[OUTCOME]
         turn.observation = obs
         turn.reward = float(reward)
-        turn.tool_calls = list(info.get("tool_calls", []))
-        turn.void = bool(info.get("void_turn", False))
+        turn.tool_calls = outcome.tool_call_records()
+        turn.void = outcome.void
         turn.timings["env_s"] = env_s
-        usage: dict[str, float] = {}
-        for call in turn.tool_calls:
-            for key, value in (call.get("usage") or {}).items():
-                if isinstance(value, int | float):
-                    usage[key] = usage.get(key, 0.0) + float(value)
-        turn.sandbox_usage = usage or None
-        turn.error = process_rewards.action_error(turn.tool_calls, info)
+        turn.sandbox_usage = outcome.usage()
+        turn.error = outcome.error()
 
     # ------------------------------------------------------------------ the episode
     TURN_BUDGET = "turn budget (rollout.max_turns)"
     CONTEXT_BUDGET = "context budget (rollout.max_context_tokens)"
 
+    async def start(self) -> None:
+        """Start the env if it has a ``start()`` (a remote env: a Ray actor, the env built on it): the
+        ``starting`` phase, bounded by the env's own start limit, not by the watchdog or the
+        episode timeout (the runner awaits it before the timed part). Idempotent."""
+        start = getattr(self.env, "start", None)
+        if start is not None and not self._started:
+            await self._env(start, phase="starting")
+        self._started = True
+
     async def run(self) -> Episode:
         """Play the episode through the context strategy; then let it finish (FoldGRPO's Q)."""
+        await self.start()
         episode = await self._play()
         await self.context.finish(episode)
         return episode
@@ -401,15 +350,15 @@ class EpisodeRun:
 
     def _finish(self, reward: float, terminated: bool, truncated: bool, info: dict[str, Any]) -> Episode:
         self.progress.touch("done")
+        outcome: StepOutcome = info[OUTCOME]
+        metrics = outcome.metrics.flat() if outcome.metrics is not None else {}
         self.result = {
             "outcome": float(reward),
             "terminated": bool(terminated),
             "truncated": bool(truncated),
-            "answer": info.get("answer"),
-            "ground_truth": info.get("ground_truth"),
-            "metrics": {
-                k: float(v) for k, v in (info.get("metrics") or {}).items() if isinstance(v, int | float)
-            },
+            "answer": outcome.answer,
+            "ground_truth": outcome.ground_truth,
+            "metrics": {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)},
         }
         if "truncation" in info:
             self.result["metrics"]["agent_truncated"] = 1.0

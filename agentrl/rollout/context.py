@@ -19,6 +19,7 @@ generation), ``fold`` (a turn that does not step the env), then ``add_final`` or
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +52,10 @@ class Context:
 
     def __init__(self, run: Any):
         """``run``: the :class:`~agentrl.rollout.agent.EpisodeRun` this episode belongs to (its
-        ``config``, ``tokenizer``, ``segments``, ``generate_turn``, ...; agent.py imports this module)."""
-        self.run = run
+        ``config``, ``tokenizer``, ``segments``, ``generate_turn``, ...; agent.py imports this module).
+        The run owns its context; the context refers back weakly, so a finished run (and its env)
+        is freed by reference counting, without waiting for the cycle collector."""
+        self.run = weakref.proxy(run)
         self.config = run.config
         self.fmt: ChatFormat | None = None
         self.main: Thread | None = None
@@ -211,8 +214,7 @@ class Branch(Context):
 
     async def finish(self, episode: Episode) -> None:
         self.run.progress.touch("judge")
-        rules = process_rewards.ProcessRewardConfig.from_settings(self.config)
-        await process_rewards.assign_process_rewards(episode, rules, self.run.judge)
+        await process_rewards.assign_process_rewards(episode, self.config, self.run.judge)
         self.run.progress.touch("done")
 
 

@@ -10,7 +10,8 @@ Three penalties, summed per generated token (Q <= 0; tokens no rule hits get 0):
   turn when the final main context is over the line.
 - **failure** (``failure_penalty``, paper -1): every token of a turn whose action failed - a tool
   call that returned an error, a malformed tool call, or branch/return used where it is not
-  allowed (``Turn.error`` says which). A turn with no action at all (void) is not a failed call.
+  allowed (``Turn.error`` says which; :meth:`agentrl.outcome.StepOutcome.error` for env steps). A
+  turn with no action at all (void) is not a failed call.
 - **out of scope** (``scope_penalty``, paper -0.2): every token of a branch that a
   :class:`ScopeJudge` finds went beyond its sub-task, judged from the branch's instruction and what
   it returned. :class:`RuleScopeJudge` is the default; :class:`LLMScopeJudge` asks a model (any
@@ -25,7 +26,6 @@ FoldGRPO's ``clip(R + Q, 0, 1)`` the penalties only move successful rollouts' ad
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -34,74 +34,10 @@ from typing import Any, Protocol
 
 from agentrl.errors import ConfigError, GeneratorError
 from agentrl.rollout import folding
+from agentrl.rollout.settings import RolloutConfig
 from agentrl.trajectory import Episode, Segment
 
 KINDS = ("unfolded", "failure", "out_of_scope")
-JUDGES = ("rule", "policy", "openai", "none")
-
-
-@dataclass(frozen=True)
-class ProcessRewardConfig:
-    """Penalty values and the unfolded threshold (the rollout config's defaults are the paper's)."""
-
-    unfolded_penalty: float
-    unfolded_threshold: float  # fraction of max_context_tokens
-    failure_penalty: float
-    scope_penalty: float
-    max_context_tokens: int
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> ProcessRewardConfig:
-        """From any object with the rollout fields (RolloutConfig, AgentConfig)."""
-        return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
-
-
-SETTINGS = ("unfolded_penalty", "unfolded_threshold", "failure_penalty", "scope_penalty", "scope_judge",
-            "scope_judge_url", "scope_judge_model", "scope_judge_timeout_s")  # fmt: skip
-
-
-def check_settings(settings: Any, prefix: str = "rollout") -> None:
-    """Validate the process-reward fields of a RolloutConfig / AgentConfig (one check for both).
-
-    Raises ConfigError naming the field: penalties must be finite and <= 0, the threshold in
-    (0, 1], the judge one of :data:`JUDGES` (``openai`` needs a URL), the timeout > 0; and a
-    setting changed from its default has effect only with ``folding=branch``.
-    """
-    for name in ("unfolded_penalty", "failure_penalty", "scope_penalty"):
-        value = getattr(settings, name)
-        if not (math.isfinite(value) and value <= 0):
-            raise ConfigError(f"{prefix}.{name}", f"must be a finite penalty <= 0, got {value}")
-    if not 0.0 < settings.unfolded_threshold <= 1.0:
-        raise ConfigError(
-            f"{prefix}.unfolded_threshold",
-            f"must be a fraction of max_context_tokens in (0, 1], got {settings.unfolded_threshold}",
-        )
-    if settings.scope_judge not in JUDGES:
-        raise ConfigError(
-            f"{prefix}.scope_judge",
-            f"{settings.scope_judge!r} is not allowed",
-            f"use one of: {', '.join(JUDGES)}",
-        )
-    if settings.scope_judge == "openai" and not settings.scope_judge_url:
-        raise ConfigError(
-            f"{prefix}.scope_judge_url",
-            "is required with scope_judge=openai",
-            f"set {prefix}.scope_judge_url=http://HOST:PORT/v1",
-        )
-    if not settings.scope_judge_timeout_s > 0:
-        raise ConfigError(
-            f"{prefix}.scope_judge_timeout_s", f"must be > 0, got {settings.scope_judge_timeout_s}"
-        )
-    if settings.folding != "branch":
-        defaults = {f.name: f.default for f in dataclasses.fields(settings)}
-        changed = [name for name in SETTINGS if getattr(settings, name) != defaults[name]]
-        if changed:
-            raise ConfigError(
-                f"{prefix}.{changed[0]}",
-                f"process rewards are computed only with {prefix}.folding=branch "
-                f"(folding is {settings.folding!r})",
-                f"set {prefix}.folding=branch or leave {prefix}.{changed[0]} at its default",
-            )
 
 
 def describe(settings: Any) -> str:
@@ -115,21 +51,6 @@ def describe(settings: Any) -> str:
         f"{settings.failure_penalty:g}, out-of-scope {settings.scope_penalty:g} (judge: {judge}, "
         f"timeout {settings.scope_judge_timeout_s:g}s)"
     )
-
-
-def action_error(tool_calls: list[dict[str, Any]], info: Mapping[str, Any]) -> str | None:
-    """What failed in an env step's action (``Turn.error``, read by the failure penalty), or None.
-
-    A tool call that returned an error (``ok`` false) or a malformed action (the env's
-    ``action_problems``); a void turn (``no_action``: no call at all) is not a failed call.
-    """
-    failed = [
-        f"{c.get('name')} ({c.get('error_kind') or 'error'})" for c in tool_calls if c.get("ok") is False
-    ]
-    malformed = [kind for kind in info.get("action_problems", []) if kind != "no_action"]
-    problems = [f"tool call failed: {', '.join(failed)}"] if failed else []
-    problems += [f"malformed action: {', '.join(malformed)}"] if malformed else []
-    return "; ".join(problems) or None
 
 
 # --------------------------------------------------------------------------- scope judges
@@ -347,7 +268,7 @@ def branch_cases(episode: Episode) -> dict[int, BranchCase]:
     return cases
 
 
-def _unfolded(main: Segment, config: ProcessRewardConfig) -> dict[int, list[float]]:
+def _unfolded(main: Segment, config: RolloutConfig) -> dict[int, list[float]]:
     """Per main-thread turn index, the unfolded penalty of each output token."""
     out = {}
     position = len(main.prompt_ids)  # tokens in the context before the next token
@@ -363,9 +284,10 @@ def _unfolded(main: Segment, config: ProcessRewardConfig) -> dict[int, list[floa
 
 
 async def assign_process_rewards(
-    episode: Episode, config: ProcessRewardConfig, judge: ScopeJudge | None
+    episode: Episode, config: RolloutConfig, judge: ScopeJudge | None
 ) -> dict[int, ScopeVerdict]:
-    """Fill ``process_reward`` / ``reward_parts["process/*"]`` on every turn and counts in ``metrics``.
+    """Fill ``process_reward`` / ``reward_parts["process/*"]`` on every turn and counts in ``metrics``,
+    with the rollout settings' penalties and unfolded threshold (their check: ``RolloutConfig.validate``).
 
     Returns the judge's verdict per branch fold id (empty without a judge).
     """

@@ -14,6 +14,9 @@ fails only the episodes it hosted (recorded with the cause, or rerun on a new ac
 ``env.ray_lost_retries`` times); the pool drops it and later episodes get a new actor. The
 runner's watchdog (``rollout.watchdog_s``) covers remote calls too: a step stuck on a slow node
 is cancelled at the watchdog, and an actor hosting only that episode is killed to free its CPUs.
+Starting the env (:meth:`RemoteEnv.start`: an actor slot, the actor process, the env built on it)
+is the episode's ``starting`` phase, which the watchdog does not count: it has its own limit,
+``env.ray_start_timeout_s``.
 ``ray`` is imported only here and in ``ray_services.py``, and only when Ray placement is used.
 """
 
@@ -35,13 +38,13 @@ from agentrl.errors import ConfigError, EnvError
 log = logging.getLogger("agentrl.rollout")
 
 PLACEMENTS = ("local", "ray")
-ACTOR_START_TIMEOUT_S = 300.0  # a new actor: process start, imports, env data (not a per-call budget)
 RAY_FIELDS = (
     "ray_address",
     "num_cpus_per_env",
     "envs_per_actor",
     "ray_resources",
     "ray_call_timeout_s",
+    "ray_start_timeout_s",
     "ray_lost_retries",
     "ray_services",
 )
@@ -84,8 +87,9 @@ def validate_placement(env: Any, prefix: str) -> None:
         raise ConfigError(f"{prefix}.envs_per_actor", f"must be >= 1, got {env.envs_per_actor}")
     if env.ray_lost_retries < 0:
         raise ConfigError(f"{prefix}.ray_lost_retries", f"must be >= 0, got {env.ray_lost_retries}")
-    if env.ray_call_timeout_s <= 0:
-        raise ConfigError(f"{prefix}.ray_call_timeout_s", f"must be > 0, got {env.ray_call_timeout_s}")
+    for name in ("ray_call_timeout_s", "ray_start_timeout_s"):
+        if getattr(env, name) <= 0:
+            raise ConfigError(f"{prefix}.{name}", f"must be > 0, got {getattr(env, name)}")
     from agentrl.rollout.ray_services import SCOPES
 
     if env.ray_services not in SCOPES:
@@ -112,6 +116,8 @@ class RaySettings:
     envs_per_actor: int = 1
     resources: dict[str, float] = field(default_factory=dict)
     call_timeout_s: float = 120.0
+    #: a new env: an actor on a node with room (process start, imports, env data), the env built on it
+    start_timeout_s: float = 300.0
     lost_retries: int = 0
     services: str = "node"  # shared tool services: node | cluster | actor (see ray_services.py)
 
@@ -123,6 +129,7 @@ class RaySettings:
             envs_per_actor=env.envs_per_actor,
             resources=dict(env.ray_resources),
             call_timeout_s=env.ray_call_timeout_s,
+            start_timeout_s=env.ray_start_timeout_s,
             lost_retries=env.ray_lost_retries,
             services=env.ray_services,
         )
@@ -201,12 +208,16 @@ class EnvHost:
         """The shared shop URLs this actor's envs were given (``env.ray_services``)."""
         return sorted(self.shop_urls_used)
 
+    def open(self, key: str) -> None:
+        """Build the env of episode ``key`` (its constructor: data, tool clients, sandbox pool)."""
+        if key not in self.envs:
+            self.envs[key] = self._make()
+
     def reset(self, key: str, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, ...]:
         from agentrl.rollout.agent import _sandbox_id
 
-        env = self.envs.get(key)
-        if env is None:
-            env = self.envs[key] = self._make()
+        self.open(key)
+        env = self.envs[key]
         obs, info = env.reset(seed=seed, options=options)
         inner = env.unwrapped
         meta = {
@@ -333,26 +344,6 @@ class RayEnvs:
         self.services.shutdown()
 
 
-class BlockingEnv:
-    """A :class:`RemoteEnv` for synchronous callers (scripted eval agents): each call runs to completion."""
-
-    def __init__(self, remote: RemoteEnv):
-        self.remote = remote
-
-    @property
-    def unwrapped(self) -> RemoteEnv:
-        return self.remote
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
-        return asyncio.run(self.remote.reset(seed=seed, options=options))
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
-        return asyncio.run(self.remote.step(action))
-
-    def close(self) -> None:
-        self.remote.close()
-
-
 class RemoteEnv:
     """The env interface over a pooled Ray actor; its ``reset``/``step``/``final_info`` are async."""
 
@@ -383,26 +374,42 @@ class RemoteEnv:
         """The Ray actor handle hosting this env (``None`` before ``reset``)."""
         return self.actor.handle if self.actor is not None else None
 
+    async def start(self) -> None:
+        """Start this episode's env: an actor slot, the actor running (a new one needs a node with
+        room), the env built on it. The episode loop awaits this as its ``starting`` phase, which the
+        rollout watchdog does not count; ``env.ray_start_timeout_s`` bounds it instead."""
+        if self.actor is None:
+            self.actor = self.pool.acquire()
+            self.pool.open_envs[self.key] = self
+        await self._started()
+        limit = self.pool.settings.start_timeout_s
+        open_ref = self.actor.handle.open.remote(self.key)
+        await self._await(
+            open_ref, limit, "start", kill=self.actor.used == 1, setting="env.ray_start_timeout_s"
+        )
+
     async def _started(self) -> None:
-        """Waits (up to ``ACTOR_START_TIMEOUT_S``) until the actor runs: a new one needs a node with room."""
+        """Waits (up to ``env.ray_start_timeout_s``) until the actor runs: a new one needs a node with room."""
         assert self.actor is not None
         if self.actor.started:
             return
         s = self.pool.settings
         need = f"{s.num_cpus_per_env * s.envs_per_actor} CPU and resources {dict(s.resources)}"
         try:
-            info = await self._await(self.actor.ready, ACTOR_START_TIMEOUT_S, "start", kill=True)
+            info = await self._await(self.actor.ready, s.start_timeout_s, "start", kill=True)
         except EnvError:
             raise EnvError(
-                f"env actor {self.actor.index} did not start within {ACTOR_START_TIMEOUT_S:.0f}s: "
-                f"does a node have {need} free? (env.num_cpus_per_env, env.envs_per_actor, env.ray_resources)"
+                f"env actor {self.actor.index} did not start within {s.start_timeout_s:.0f}s "
+                f"(env.ray_start_timeout_s): does a node have {need} free? (env.num_cpus_per_env, "
+                "env.envs_per_actor, env.ray_resources)"
             ) from None
         self.actor.info = info
         services = self.pool.services.for_node(info["node_id"])
         if services:  # before its first env is made: the node's sandbox pool and shop
             await self._await(
-                self.actor.handle.attach.remote(services), ACTOR_START_TIMEOUT_S, "attach", kill=True
-            )
+                self.actor.handle.attach.remote(services), s.start_timeout_s, "attach", kill=True,
+                setting="env.ray_start_timeout_s",
+            )  # fmt: skip
         self.actor.started = True
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -412,7 +419,9 @@ class RemoteEnv:
         # a hung env alone on its actor: kill it to free its CPUs for a new one
         return await self._await(ref, self.pool.settings.call_timeout_s, method, kill=self.actor.used == 1)
 
-    async def _await(self, ref: Any, timeout: float, method: str, *, kill: bool) -> Any:
+    async def _await(
+        self, ref: Any, timeout: float, method: str, *, kill: bool, setting: str = "env.ray_call_timeout_s"
+    ) -> Any:
         assert self.actor is not None
         ray = self.pool.ray
         try:
@@ -423,8 +432,7 @@ class RemoteEnv:
                 self.pool.mark_dead(self.actor)
                 ray.kill(self.actor.handle)
             raise EnvError(
-                f"remote env {method} took over {timeout:.0f}s on actor {self.actor.index} "
-                "(env.ray_call_timeout_s)"
+                f"remote env {method} took over {timeout:.0f}s on actor {self.actor.index} ({setting})"
             ) from None
         except asyncio.CancelledError:  # the runner's watchdog (or the whole run) gave up on the episode
             if ref is not self.actor.ready:  # the actor's start is awaited by its other episodes too
@@ -443,9 +451,8 @@ class RemoteEnv:
     async def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict]:
-        if self.actor is None:
-            self.actor = self.pool.acquire()
-            self.pool.open_envs[self.key] = self
+        if self.actor is None:  # not started by the loop (a direct caller): start it now
+            await self.start()
         obs, info, meta = await self._call("reset", seed, options)
         self.task, self.tools = meta["task"], meta["tools"]
         self.system_prompt, self.sandbox_id = meta["system_prompt"], meta["sandbox_id"]

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from agentrl.rollout.oracle_agent import ReplayOracle
-from agentrl.rollout.runner import RunnerConfig, run_oracle_episodes
+from agentrl.rollout.runner import run_oracle_episodes
 
 
 def replay_through_agent(
@@ -22,15 +22,15 @@ def replay_through_agent(
     The turn budget is the number of actions, so a script that ends early ends the episode
     (truncated); the per-turn token budget is raised so scripted text is never cut.
     """
-    config = RunnerConfig.from_rollout(rollout, progress=False, concurrency=1, group_size=1)
-    agent = dataclasses.replace(
-        config.agent,
-        max_turns=len(actions),
-        max_new_tokens=max(config.agent.max_new_tokens, min(1024, config.agent.max_context_tokens // 2)),
+    settings = dataclasses.replace(
+        rollout,
+        concurrency=1,
+        group_size=1,
+        max_turns=min(rollout.max_turns or len(actions), len(actions)),  # a --set max_turns cuts it shorter
+        max_new_tokens=max(rollout.max_new_tokens, min(1024, rollout.max_context_tokens // 2)),
     )
-    config = dataclasses.replace(config, agent=agent)
     (episode,) = run_oracle_episodes(
-        env_id, [task], lambda: ReplayOracle(actions), tokenizer, config, seeds=[seed]
+        env_id, [task], lambda: ReplayOracle(actions), tokenizer, settings, seeds=[seed], progress=False
     )
     return episode
 

@@ -5,7 +5,8 @@ so sandboxes and generation overlap; generation requests from all episodes are m
 batched calls by a :class:`~agentrl.rollout.batcher.Batcher`. A failed episode is recorded with
 its error and never takes down its siblings; finished episodes are appended to a JSONL file as
 they end; a watchdog names any episode without progress for ``watchdog_s`` and cancels or
-retries it.
+retries it (generation and an env's own start - a Ray actor coming up - are not counted: each
+has its own limit). Settings come from one :class:`~agentrl.rollout.settings.RolloutConfig`.
 
     episodes = run_episodes("agentrl/Search-v0", tasks, generator, tokenizer, config)
 """
@@ -16,68 +17,26 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError, EpisodeError
 from agentrl.rollout import process_rewards
-from agentrl.rollout.agent import AgentConfig, EpisodeRun, ModelPolicy, SamplingPolicy, call_in_executor
+from agentrl.rollout.agent import EpisodeRun, ModelPolicy, SamplingPolicy, call_in_executor
 from agentrl.rollout.batcher import Batcher
 from agentrl.rollout.context import choose_context
 from agentrl.rollout.generators.base import Generator, derive_seed
+from agentrl.rollout.settings import RolloutConfig
 from agentrl.trajectory import Episode, save, write_jsonl
 
 log = logging.getLogger("agentrl.rollout")
-
-#: the fields of :class:`agentrl.config.RolloutConfig` that the agent and the runner read (a test
-#: holds them equal to the dataclasses' fields, so a new setting cannot be silently dropped)
-ROLLOUT_AGENT_FIELDS = tuple(f.name for f in fields(AgentConfig) if f.name not in ("max_turns", "seed"))
-ROLLOUT_RUNNER_FIELDS = ("concurrency", "group_size", "episode_timeout_s", "watchdog_s", "watchdog_action",
-                         "max_retries")  # fmt: skip
-
-
-@dataclass
-class RunnerConfig:
-    """Runner options (``from_rollout`` builds them from the run config's ``rollout`` section)."""
-
-    agent: AgentConfig = field(default_factory=AgentConfig)
-    concurrency: int = 8
-    group_size: int = 1
-    episode_timeout_s: float = 300.0
-    watchdog_s: float = 120.0
-    watchdog_action: str = "cancel"  # cancel | retry
-    max_retries: int = 1
-    progress: bool = True
-    on_episode: Callable[[Episode], None] | None = None  # called as each episode ends (trainer progress)
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: the name of the episode-timeout setting where the user is (error messages name it)
-    timeout_setting: str = "rollout.episode_timeout_s"
-    lockstep: bool = False  # timing-independent batches (see Batcher); train.deterministic sets it
-
-    def validate(self, prefix: str = "rollout") -> None:
-        """The one check of the rollout settings (a run config's ``rollout`` section delegates here)."""
-        if self.watchdog_action not in ("cancel", "retry"):
-            raise ConfigError(f"{prefix}.watchdog_action", f"{self.watchdog_action!r} is not allowed",
-                              "use one of: cancel, retry")  # fmt: skip
-        for name in ("concurrency", "group_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}")
-        self.agent.validate(prefix)
-
-    @classmethod
-    def from_rollout(cls, rollout: Any, **overrides: Any) -> RunnerConfig:
-        """Build from a :class:`agentrl.config.RolloutConfig` (fields it lacks keep their defaults).
-
-        The agent's turn cap is not set here: the episode loop derives it from the env's own turn
-        budget and the context strategy (:meth:`agentrl.rollout.context.Context.turn_cap`)."""
-        agent = AgentConfig(**{k: getattr(rollout, k) for k in ROLLOUT_AGENT_FIELDS})
-        runner = {k: getattr(rollout, k) for k in ROLLOUT_RUNNER_FIELDS}
-        return cls(agent=agent, **{**runner, **overrides})
 
 
 @dataclass
@@ -141,11 +100,21 @@ class Runner:
         *,
         generator: Generator | None = None,
         policy_factory: Callable[[], SamplingPolicy] | None = None,
-        config: RunnerConfig | None = None,
+        config: RolloutConfig | None = None,
         policy_version: int = 0,
         judge: process_rewards.ScopeJudge | None = None,
+        progress: bool | None = None,
+        on_episode: Callable[[Episode], None] | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        lockstep: bool = False,
+        timeout_setting: str = "rollout.episode_timeout_s",
     ):
-        """``judge``: a custom branch-scope judge (folding=branch); default: the one rollout.scope_judge names."""
+        """``config``: the rollout settings (validated here, once). ``judge``: a custom branch-scope
+        judge (folding=branch); default: the one rollout.scope_judge names. Not settings:
+        ``progress`` (a rich progress line; None: when stdout is a terminal), ``on_episode`` (called as each episode ends),
+        ``env_kwargs`` (for an env id), ``lockstep`` (timing-independent batches, see Batcher;
+        train.deterministic sets it), ``timeout_setting`` (the name error messages give the
+        episode timeout where the user is)."""
         if (generator is None) == (policy_factory is None):
             raise ConfigError("rollout", "give exactly one of generator or policy_factory")
         self.env = env
@@ -155,13 +124,17 @@ class Runner:
         self.tokenizer = tokenizer
         self.generator = generator
         self.policy_factory = policy_factory
-        self.config = config or RunnerConfig()
+        self.config = config or RolloutConfig()
         self.config.validate()
-        self.context = choose_context(self.config.agent, tokenizer)  # once, before any episode
+        self.show_progress = sys.stdout.isatty() if progress is None else progress
+        self.on_episode, self.lockstep = on_episode, lockstep
+        self.env_kwargs = dict(env_kwargs or {})
+        self.timeout_setting = timeout_setting
+        self.context = choose_context(self.config, tokenizer)  # once, before any episode
         self._batcher: Batcher | None = None
         self.judge = judge or (
             process_rewards.build_judge(
-                self.config.agent,
+                self.config,
                 submit=(lambda ids, sampling: self._batcher.submit(ids, sampling)) if generator else None,  # type: ignore[union-attr]
                 tokenizer=tokenizer,
             )
@@ -180,7 +153,7 @@ class Runner:
         if isinstance(self.env, str):
             from agentrl.env import make
 
-            return make(self.env, **self.config.env_kwargs)
+            return make(self.env, **self.env_kwargs)
         return self.env()
 
     # ------------------------------------------------------------------ one episode
@@ -196,7 +169,7 @@ class Runner:
             env,
             policy,
             self.tokenizer,
-            self.config.agent,
+            self.config,
             env_id=str(self.env_id),
             call_env=call,
             group_id=job.group_id,
@@ -212,18 +185,22 @@ class Runner:
         self._running[job.index] = run
         self._runs[job.index] = run
         try:
+            await run.start()  # a remote env's start has its own limit (env.ray_start_timeout_s)
             return await asyncio.wait_for(run.run(), timeout=self.config.episode_timeout_s)
         except TimeoutError:
             raise EpisodeError(
-                f"episode timeout after {self.config.episode_timeout_s:g}s ({self.config.timeout_setting}); "
+                f"episode timeout after {self.config.episode_timeout_s:g}s ({self.timeout_setting}); "
                 f"{run.progress.describe()}"
             ) from None
         finally:
             self._running.pop(job.index, None)
             if getattr(env, "close_never_blocks", False):
                 _close_quietly(env)  # a remote env frees its actor slot now, before the next episode starts
-            else:  # close() may hang in a broken env: do not wait for it
-                asyncio.get_running_loop().run_in_executor(executor, _close_quietly, env)
+            else:  # close() may hang in a broken env: do not wait for it, and let no run's end cancel it
+                # (a close queued in the pool when the run ends would be dropped, the env left to the GC)
+                threading.Thread(
+                    target=_close_quietly, args=(env,), name="agentrl-env-close", daemon=True
+                ).start()
 
     async def _job(
         self, job: _Job, executor: ThreadPoolExecutor, make_policy: Callable[[], SamplingPolicy]
@@ -292,8 +269,8 @@ class Runner:
             now = time.monotonic()
             for index, run in list(self._running.items()):
                 progress = run.progress
-                if progress.phase == "generate" or progress.phase == "done":
-                    continue  # generation stalls are the generator's timeouts' job
+                if progress.phase in ("generate", "starting", "done"):
+                    continue  # generation stalls are the generator's timeouts' job, env starts the env's
                 if now - progress.last_progress > limit and index not in self._stalled:
                     reason = progress.describe()
                     log.warning("watchdog: no progress for %.0fs: %s", limit, reason)
@@ -336,7 +313,7 @@ class Runner:
         results: list[Episode | None] = [None] * len(jobs)
         stream = _Stream(out_path)
         batcher = self._batcher = (
-            Batcher(self.generator, lockstep=cfg.lockstep) if self.generator is not None else None
+            Batcher(self.generator, lockstep=self.lockstep) if self.generator is not None else None
         )
         if self.generator is not None:
             # the learner may have changed the weights in place since the last run
@@ -345,7 +322,7 @@ class Runner:
         executor = ThreadPoolExecutor(max_workers=cfg.concurrency + 4, thread_name_prefix="agentrl-env")
         semaphore = asyncio.Semaphore(cfg.concurrency)
         t0 = time.perf_counter()
-        display = _Display(len(jobs), self, enabled=cfg.progress)
+        display = _Display(len(jobs), self, enabled=self.show_progress)
 
         async def one(job: _Job) -> None:
             async with semaphore:
@@ -360,8 +337,8 @@ class Runner:
             stream.write(episode)
             self._account(episode)
             display.advance()
-            if cfg.on_episode is not None:
-                cfg.on_episode(episode)
+            if self.on_episode is not None:
+                self.on_episode(episode)
 
         watchdog = asyncio.create_task(self._watchdog())
         try:
@@ -486,7 +463,7 @@ def run_episodes(
     tasks: Sequence[Any],
     generator: Generator | None,
     tokenizer: Any,
-    config: Any = None,
+    config: RolloutConfig | None = None,
     *,
     policy_factory: Callable[[], SamplingPolicy] | None = None,
     seeds: Sequence[int | None] | None = None,
@@ -495,6 +472,11 @@ def run_episodes(
     policy_version: int = 0,
     stats: RunStats | None = None,
     judge: process_rewards.ScopeJudge | None = None,
+    progress: bool | None = None,
+    on_episode: Callable[[Episode], None] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    lockstep: bool = False,
+    timeout_setting: str = "rollout.episode_timeout_s",
     **overrides: Any,
 ) -> list[Episode]:
     """Run episodes for ``tasks`` (Task, dict, task id, or None for a seeded random task).
@@ -504,33 +486,35 @@ def run_episodes(
         tasks: one entry per task; each runs ``group_size`` times (same group id).
         generator: the generation backend (or ``None`` with ``policy_factory``, e.g. oracles).
         tokenizer: the model's tokenizer (chat template, bridge ids).
-        config: a :class:`RunnerConfig`, a :class:`agentrl.config.RolloutConfig`, or None.
+        config: the rollout settings (:class:`~agentrl.rollout.settings.RolloutConfig`; None: its
+            defaults, as a YAML file without a ``rollout:`` section: group_size 4).
         policy_factory: builds one policy per episode (e.g. ``lambda: OraclePolicy(MyOracle(), tok)``).
         seeds: per-task reset seeds (default ``seed + job index``).
         out_path: stream finished episodes to this ``.jsonl`` (or ``.parquet`` at the end).
         stats: a :class:`RunStats` to fill (throughput, generator idle share, failures).
         judge: a custom branch-scope judge for FoldGRPO's out-of-scope penalty (folding=branch).
-        **overrides: RunnerConfig fields (``concurrency=``, ``group_size=``, ``progress=`` ...).
+        progress, on_episode, env_kwargs, lockstep, timeout_setting: see :class:`Runner`.
+        **overrides: rollout settings to change for this call (``group_size=``, ``temperature=`` ...).
 
     Returns:
         Episodes in task-major order; failed ones have ``error`` set and no segments.
     """
-    if isinstance(config, RunnerConfig):
-        import dataclasses
-
-        runner_config = dataclasses.replace(config, **overrides) if overrides else config
-    elif config is None:
-        runner_config = RunnerConfig(**overrides)
-    else:
-        runner_config = RunnerConfig.from_rollout(config, **overrides)
+    settings = config or RolloutConfig()
+    if overrides:
+        settings = replace(settings, **overrides)
     runner = Runner(
         env,
         tokenizer,
         generator=generator,
         policy_factory=policy_factory,
-        config=runner_config,
+        config=settings,
         policy_version=policy_version,
         judge=judge,
+        progress=progress,
+        on_episode=on_episode,
+        env_kwargs=env_kwargs,
+        lockstep=lockstep,
+        timeout_setting=timeout_setting,
     )
     episodes = runner.run(tasks, seeds=seeds, seed=seed, out_path=out_path)
     if stats is not None:
@@ -543,7 +527,7 @@ def run_oracle_episodes(
     tasks: Sequence[Any],
     oracle_factory: Callable[[], Any],
     tokenizer: Any,
-    config: Any = None,
+    config: RolloutConfig | None = None,
     **kwargs: Any,
 ) -> list[Episode]:
     """Demonstration episodes: a scripted oracle acts; its text becomes model-turn ids (log-prob 0)."""

@@ -130,7 +130,6 @@ class Rollouts:
     def __init__(self, config: RunConfig, generator: Any, tokenizer: Any):
         import agentrl
         from agentrl.rollout.remote_env import episode_envs
-        from agentrl.rollout.runner import RunnerConfig
 
         env_cfg = config.env
         self.env_kwargs = dict(
@@ -143,23 +142,20 @@ class Rollouts:
         self.eval_tasks = list(probe.unwrapped.load_tasks(env_cfg.eval_split))
         probe.close()
         self.config, self.generator, self.tokenizer = config, generator, tokenizer
-        self.runner_config = RunnerConfig.from_rollout(
-            config.rollout, progress=False, lockstep=config.train.deterministic
-        )
+        # not rollout settings: how this trainer runs them (quiet, timing-independent batches when deterministic)
+        self.run_options = {"progress": False, "lockstep": config.train.deterministic}
 
     def run(self, tasks: list[Any], *, seed: int, version: int, group_size: int, temperature: float | None = None,
             out_path: Path | None = None, on_episode: Any = None) -> tuple[list[Episode], dict[str, float]]:  # fmt: skip
         from agentrl.rollout.runner import RunStats, run_episodes
 
-        runner_config = dataclasses.replace(self.runner_config, group_size=group_size, on_episode=on_episode)
+        settings = dataclasses.replace(self.config.rollout, group_size=group_size)
         if temperature is not None:
-            runner_config = dataclasses.replace(
-                runner_config, agent=dataclasses.replace(runner_config.agent, temperature=temperature)
-            )
+            settings = dataclasses.replace(settings, temperature=temperature)
         stats = RunStats()
         episodes = run_episodes(
-            self.episode_env, tasks, self.generator, self.tokenizer, runner_config,
-            seed=seed, policy_version=version, stats=stats, out_path=out_path,
+            self.episode_env, tasks, self.generator, self.tokenizer, settings, seed=seed,
+            policy_version=version, stats=stats, out_path=out_path, on_episode=on_episode, **self.run_options,
         )  # fmt: skip
         return episodes, stats.as_metrics()
 
@@ -170,11 +166,10 @@ class Rollouts:
         oracle_cls = load_entry_point(oracle, field="train.oracle")
         tasks = random.Random(seed).sample(self.train_tasks, min(count, len(self.train_tasks)))
         # the oracle's text is not sampled, so the per-turn token budget must not cut it
-        agent = dataclasses.replace(
-            self.runner_config.agent, max_new_tokens=max(self.runner_config.agent.max_new_tokens, 512)
-        )
-        config = dataclasses.replace(self.runner_config, agent=agent, group_size=1, on_episode=on_episode)
-        return run_oracle_episodes(self.episode_env, tasks, oracle_cls, self.tokenizer, config, seed=seed)
+        rollout = self.config.rollout
+        settings = dataclasses.replace(rollout, max_new_tokens=max(rollout.max_new_tokens, 512), group_size=1)
+        return run_oracle_episodes(self.episode_env, tasks, oracle_cls, self.tokenizer, settings, seed=seed,
+                                   on_episode=on_episode, **self.run_options)  # fmt: skip
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:

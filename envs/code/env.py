@@ -31,6 +31,7 @@ from agentrl.env import Score, Task, TextEnv
 from agentrl.envs.code.generator import KINDS, generate, to_record
 from agentrl.envs.code.scoring import is_correct, last_boxed
 from agentrl.errors import ConfigError
+from agentrl.outcome import OUTCOME, end_step
 from agentrl.paths import benchmark_file
 from agentrl.tools.base import Tool
 from agentrl.tools.python import SandboxSlot, make_python_tool
@@ -168,9 +169,9 @@ class CodeEnv(TextEnv):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = super().step(action)
-        if info.get("void_turn") and self.void_turn_policy == "end" and not terminated:
+        if info[OUTCOME].void and self.void_turn_policy == "end" and not terminated:
             reward, final = self.final_info(None)
-            info.update(final)
+            info = end_step(info, final)
             terminated = True
         return obs, reward, terminated, truncated, info
 

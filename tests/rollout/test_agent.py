@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from agentrl.rollout.agent import AgentConfig
 from agentrl.rollout.generators.scripted import ScriptedGenerator
-from agentrl.rollout.runner import RunnerConfig, run_episodes, run_oracle_episodes
+from agentrl.rollout.runner import run_episodes, run_oracle_episodes
+from agentrl.rollout.settings import RolloutConfig
 from agentrl.rollout.template import with_template
 from agentrl.trajectory import Source, build_batch, read_jsonl
 
@@ -30,8 +30,8 @@ def lookup_script(prompt: str, _index: int) -> str:
     return "<think>try</think>" + CALL.format(key="zz")
 
 
-def config(**agent):
-    return RunnerConfig(agent=AgentConfig(max_new_tokens=64, **agent), concurrency=4, progress=False)
+def config(**settings):
+    return RolloutConfig(max_new_tokens=64, **settings, concurrency=4, group_size=1)
 
 
 def test_token_in_token_out_invariant_over_a_scripted_episode(tokenizer):

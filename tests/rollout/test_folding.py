@@ -8,9 +8,9 @@ import pytest
 
 from agentrl.errors import ConfigError
 from agentrl.rollout import folding
-from agentrl.rollout.agent import AgentConfig
 from agentrl.rollout.generators.scripted import ScriptedGenerator
-from agentrl.rollout.runner import RunnerConfig, run_episodes
+from agentrl.rollout.runner import run_episodes
+from agentrl.rollout.settings import RolloutConfig
 from agentrl.rollout.template import with_template
 from agentrl.trajectory import Source, build_batch, segment_arrays
 
@@ -34,8 +34,8 @@ def branch_script(prompt: str, _index: int) -> str:
     return BRANCH.replace("KEY", key)
 
 
-def config(**agent):
-    return RunnerConfig(agent=AgentConfig(max_new_tokens=96, **agent), concurrency=2, progress=False)
+def config(**settings):
+    return RolloutConfig(max_new_tokens=96, **settings, concurrency=2, group_size=1)
 
 
 def test_branch_and_return_make_a_main_row_and_a_branch_row(tokenizer):

@@ -10,19 +10,18 @@ import pytest
 
 from agentrl.errors import ConfigError
 from agentrl.rollout import folding
-from agentrl.rollout.agent import AgentConfig
 from agentrl.rollout.generators.scripted import ScriptedGenerator
 from agentrl.rollout.process_rewards import (
     BranchCase,
     LLMScopeJudge,
-    ProcessRewardConfig,
     RuleScopeJudge,
     ScopeVerdict,
     assign_process_rewards,
     branch_cases,
 )
-from agentrl.rollout.runner import RunnerConfig, RunStats, run_episodes
+from agentrl.rollout.runner import RunStats, run_episodes
 from agentrl.rollout.server import BackgroundServer, build_app
+from agentrl.rollout.settings import RolloutConfig
 from agentrl.trajectory import build_batch, load, save
 
 from .test_agent import CALL
@@ -67,9 +66,9 @@ def scripted(tokenizer, answer: str = "v4") -> ScriptedGenerator:
     return ScriptedGenerator(tokenizer, respond)
 
 
-def config(**agent) -> RunnerConfig:
-    agent = {"max_new_tokens": 96, "folding": "branch", "max_context_tokens": 4096, **agent}
-    return RunnerConfig(agent=AgentConfig(**agent), concurrency=1, progress=False)
+def config(**settings) -> RolloutConfig:
+    settings = {"max_new_tokens": 96, "folding": "branch", "max_context_tokens": 4096, **settings}
+    return RolloutConfig(**settings, concurrency=1, group_size=1)
 
 
 def run(tokenizer, stats: RunStats | None = None, judge=None, answer: str = "v4", **agent):
@@ -147,7 +146,7 @@ def test_unfolded_penalty_on_main_thread_tokens_past_the_threshold(tokenizer):
         pos += len(turn.output_ids) + len(turn.obs_ids)
     # 1) threshold below the prompt: every main token is past it, except branch-creating turns 0 and 5;
     #    branch threads never get it. Turn 7 failed too: -1 - 1 per token.
-    rules = ProcessRewardConfig(-1.0, 0.5, -1.0, -0.2, max_context_tokens=len(main.prompt_ids) // 2)
+    rules = RolloutConfig(folding="branch", max_context_tokens=len(main.prompt_ids) // 2)  # paper penalties
     asyncio.run(assign_process_rewards(episode, rules, None))
     assert turns[0].process_reward == [0.0] * n[0] and turns[5].process_reward == [0.0] * n[5]
     assert turns[7].process_reward == [-2.0] * n[7]
@@ -159,7 +158,7 @@ def test_unfolded_penalty_on_main_thread_tokens_past_the_threshold(tokenizer):
     assert episode.metrics["process/unfolded_tokens"] == n[7] + n[8] + n[9]
     # 2) the line falls inside the answer turn: its first 3 tokens hold <= limit tokens before them
     limit = positions[9] + 2  # context before token j is positions[9] + j; penalised iff > limit
-    rules = ProcessRewardConfig(-1.0, 0.5, -1.0, -0.2, max_context_tokens=2 * limit)
+    rules = RolloutConfig(folding="branch", max_context_tokens=2 * limit)
     asyncio.run(assign_process_rewards(episode, rules, None))
     assert turns[9].process_reward == [0.0, 0.0, 0.0] + [-1.0] * (n[9] - 3)
     assert turns[8].process_reward == [0.0] * n[8] and turns[7].process_reward == [-1.0] * n[7]
@@ -184,7 +183,7 @@ def test_no_process_rewards_without_branch_folding(tokenizer):
     assert [t.process_reward for t in episode.turns] == [None]
     assert not any(k.startswith("process/") for k in episode.metrics)
     with pytest.raises(ConfigError, match=r"rollout.scope_penalty.*only with rollout.folding=branch"):
-        AgentConfig(folding="none", scope_penalty=-0.5).validate()
+        RolloutConfig(folding="none", scope_penalty=-0.5).validate()
 
 
 def test_branch_cases_read_from_the_record(tokenizer):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentrl.rollout.agent import AgentConfig
 from agentrl.rollout.generators.base import GenerationOutput, SamplingParams
 from agentrl.rollout.generators.hf import HFGenerator
-from agentrl.rollout.runner import RunnerConfig, RunStats, run_episodes, run_oracle_episodes
+from agentrl.rollout.runner import RunStats, run_episodes, run_oracle_episodes
+from agentrl.rollout.settings import RolloutConfig
 from agentrl.trajectory import build_batch
 
 
@@ -16,7 +16,7 @@ def test_search_oracle_demonstrations_through_the_runner(tokenizer):
     from agentrl.envs.search.oracle import SearchOracle
 
     episodes = run_oracle_episodes(
-        "agentrl/Search-v0", [None, None], SearchOracle, tokenizer, None, progress=False, seed=3
+        "agentrl/Search-v0", [None, None], SearchOracle, tokenizer, None, progress=False, seed=3, group_size=1
     )
     assert [e.outcome for e in episodes] == [1.0, 1.0]
     for episode in episodes:
@@ -46,14 +46,13 @@ def test_smollm2_on_search_keeps_tokens_and_logprobs_exact():
     torch.set_num_threads(1)  # 2 shared cores: one thread avoids oversubscription
     model, tokenizer = load_model("smollm2-135m")
     gen = Recording(model, tokenizer)
-    config = RunnerConfig(
-        agent=AgentConfig(max_new_tokens=40, max_turns=2, temperature=0.8, max_context_tokens=2048),
-        concurrency=2,
-        progress=False,
-        env_kwargs={"max_turns": 2},
+    config = RolloutConfig(
+        max_new_tokens=40, max_turns=2, temperature=0.8, max_context_tokens=2048, concurrency=2, group_size=1
     )
     stats = RunStats()
-    episodes = run_episodes("agentrl/Search-v0", [None, None], gen, tokenizer, config, seed=1, stats=stats)
+    env_kwargs = {"max_turns": 2}
+    episodes = run_episodes("agentrl/Search-v0", [None, None], gen, tokenizer, config, seed=1, stats=stats,
+                            env_kwargs=env_kwargs)  # fmt: skip
     assert all(not e.failed for e in episodes), [e.error for e in episodes]
     assert stats.generated_tokens > 0 and 0.0 <= stats.generator_idle_share <= 1.0
     by_output = {tuple(o.ids): (p, o) for p, o in gen.seen}

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentrl.config import RolloutConfig
-from agentrl.rollout.agent import AgentConfig
 from agentrl.rollout.generators.scripted import ScriptedGenerator
-from agentrl.rollout.runner import RunnerConfig, RunStats, run_episodes
+from agentrl.rollout.runner import RunStats, run_episodes
 
 from .test_agent import lookup_script
 from .toy import LookupEnv, make_lookup_env
@@ -23,7 +22,7 @@ def _reset_faults():
 
 
 def _config(**kw):
-    return RunnerConfig(agent=AgentConfig(max_new_tokens=64), concurrency=4, progress=False, **kw)
+    return RolloutConfig(max_new_tokens=64, concurrency=4, group_size=1, **kw)
 
 
 def test_a_crashing_env_is_recorded_and_siblings_finish(tokenizer):
@@ -93,12 +92,20 @@ def test_generator_errors_fail_only_their_episodes(tokenizer):
     assert not episodes[0].failed and episodes[1].failed and "scripted generator failure" in episodes[1].error
 
 
-def test_runner_config_from_rollout_config():
-    rollout = RolloutConfig(concurrency=3, group_size=2, max_new_tokens=32, folding="branch")
-    config = RunnerConfig.from_rollout(rollout, progress=False)
-    assert config.concurrency == 3 and config.group_size == 2 and not config.progress
-    assert config.agent.max_new_tokens == 32 and config.agent.folding == "branch"
-    assert config.agent.max_turns is None  # derived per episode from the env's own turn budget
+def test_the_run_config_rollout_section_is_the_runner_settings(tokenizer):
+    """One rollout configuration: the YAML section is the object the runner, agent and sampler read
+    (no copies), and its sampler request carries the settings."""
+    from agentrl.config import load_config
+    from agentrl.rollout.runner import Runner
+
+    cfg = load_config(None, ["rollout.concurrency=3", "rollout.max_new_tokens=32", "rollout.temperature=0.5"])
+    assert type(cfg.rollout) is RolloutConfig
+    gen = ScriptedGenerator(tokenizer, lookup_script)
+    runner = Runner(make_lookup_env, tokenizer, generator=gen, config=cfg.rollout)
+    assert runner.config is cfg.rollout
+    sampling = cfg.rollout.sampling(seed=3)
+    assert (sampling.max_new_tokens, sampling.temperature, sampling.top_p, sampling.seed) == (32, 0.5, 1.0, 3)
+    assert cfg.rollout.max_turns is None  # derived per episode from the env's own turn budget
 
 
 def test_turn_cap_comes_from_the_env_budget_and_the_context_strategy(tokenizer):
@@ -109,9 +116,9 @@ def test_turn_cap_comes_from_the_env_budget_and_the_context_strategy(tokenizer):
     assert turn_budget(object()) is None
     # every turn steps the env: its budget ends the episode first; folding turns do not step it
     assert [c.turn_cap(4) for c in (Concat, PerTurn, Summary, Branch)] == [5, 5, 9, 13]
-    assert choose_context(AgentConfig(folding="branch"), tokenizer) is Branch
-    assert choose_context(AgentConfig(template_mode="per_turn"), tokenizer) is PerTurn
-    assert choose_context(AgentConfig(), tokenizer) is Concat
+    assert choose_context(RolloutConfig(folding="branch"), tokenizer) is Branch
+    assert choose_context(RolloutConfig(template_mode="per_turn"), tokenizer) is PerTurn
+    assert choose_context(RolloutConfig(), tokenizer) is Concat
 
 
 def test_progress_display_and_parquet_output(tokenizer, tmp_path, capsys):
@@ -119,33 +126,82 @@ def test_progress_display_and_parquet_output(tokenizer, tmp_path, capsys):
 
     gen = ScriptedGenerator(tokenizer, lookup_script)
     out = tmp_path / "eps.parquet"
-    config = RunnerConfig(agent=AgentConfig(max_new_tokens=64), concurrency=2, progress=True)
-    episodes = run_episodes(make_lookup_env, ["k1", "k2"], gen, tokenizer, config, out_path=out)
+    config = RolloutConfig(max_new_tokens=64, concurrency=2, group_size=1)
+    episodes = run_episodes(
+        make_lookup_env, ["k1", "k2"], gen, tokenizer, config, out_path=out, progress=True
+    )
     assert [e.outcome for e in episodes] == [1.0, 1.0]
     assert [e.episode_id for e in load(out)] == [e.episode_id for e in episodes]
     assert not (tmp_path / "eps.parquet.partial.jsonl").exists()
     assert "rollout" in capsys.readouterr().out
 
 
-def test_every_rollout_setting_reaches_the_runner_agent_or_trainer():
-    """One rollout configuration: each RolloutConfig field is read by the agent, the runner, or the
-    trainer's generator/task sampling, and is checked once (by RunnerConfig.validate)."""
-    import dataclasses
-
+def test_every_rollout_setting_is_checked_once_naming_the_field_and_fix(tokenizer):
+    """RolloutConfig.validate is the one check: a YAML section, a RolloutConfig built in code and a
+    run_episodes call fail alike, naming the field."""
+    from agentrl.config import load_config
     from agentrl.errors import ConfigError
-    from agentrl.rollout.runner import ROLLOUT_AGENT_FIELDS, ROLLOUT_RUNNER_FIELDS
 
-    trainer_only = {"backend", "base_url", "tasks_per_step"}
-    rollout_fields = {f.name for f in dataclasses.fields(RolloutConfig)}
-    assert rollout_fields == set(ROLLOUT_AGENT_FIELDS) | set(ROLLOUT_RUNNER_FIELDS) | trainer_only
+    gen = ScriptedGenerator(tokenizer, lookup_script)
     for bad, field in (
         ({"folding": "fold"}, "rollout.folding"),
         ({"watchdog_action": "wait"}, "rollout.watchdog_action"),
         ({"temperature": 9.0}, "rollout.temperature"),
         ({"max_new_tokens": 4096}, "rollout.max_new_tokens"),
         ({"concurrency": 0}, "rollout.concurrency"),
+        ({"max_turns": 0}, "rollout.max_turns"),
+        ({"backend": "tgi"}, "rollout.backend"),
     ):
         with pytest.raises(ConfigError, match=field):
-            RolloutConfig(**bad).validate("rollout")
+            RolloutConfig(**bad).validate()
         with pytest.raises(ConfigError, match=field):
-            RunnerConfig.from_rollout(RolloutConfig(**bad)).validate()
+            load_config(None, [f"rollout.{k}={v}" for k, v in bad.items()])
+        with pytest.raises(ConfigError, match=field):
+            run_episodes(make_lookup_env, ["k1"], gen, tokenizer, RolloutConfig(**bad))
+
+
+class _SlowStartingEnv:
+    """The lookup env behind a slow ``start()`` (as a Ray env actor starts), with its own start limit."""
+
+    def __init__(self, start_s: float, limit_s: float):
+        self.env, self.start_s, self.limit_s = make_lookup_env(), start_s, limit_s
+
+    async def start(self) -> None:
+        import asyncio
+
+        from agentrl.errors import EnvError
+
+        try:
+            await asyncio.wait_for(asyncio.sleep(self.start_s), self.limit_s)
+        except TimeoutError:
+            raise EnvError(f"env start took over {self.limit_s:g}s (its start limit)") from None
+
+    @property
+    def unwrapped(self):
+        return self.env.unwrapped
+
+    def reset(self, **kwargs):
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        return self.env.step(action)
+
+    def close(self):
+        self.env.close()
+
+
+def test_an_env_start_is_not_watched_but_bounded_by_its_own_limit(tokenizer):
+    """Starting an env (``start()``: a Ray actor, the env built on it) is the episode's "starting"
+    phase: the watchdog (1 s here) and the episode timeout (3 s) do not count it; the env's own start
+    limit does."""
+    gen = ScriptedGenerator(tokenizer, lookup_script)
+    config = _config(watchdog_s=1.0, episode_timeout_s=3.0)
+    stats = RunStats()
+    slow = run_episodes(
+        lambda: _SlowStartingEnv(4.0, 30.0), ["k1", "k2"], gen, tokenizer, config, stats=stats
+    )
+    assert [e.outcome for e in slow] == [1.0, 1.0] and stats.watchdog_fired == 0
+    assert all(e.timings["env_s"] >= 4.0 for e in slow)  # the start is env time, just not watched
+    stats = RunStats()
+    (cut,) = run_episodes(lambda: _SlowStartingEnv(30.0, 2.0), ["k1"], gen, tokenizer, config, stats=stats)
+    assert cut.failed and "env start took over 2s" in cut.error and stats.watchdog_fired == 0

@@ -5,19 +5,19 @@ from __future__ import annotations
 import pytest
 
 from agentrl.errors import ConfigError
-from agentrl.rollout.agent import AgentConfig
 from agentrl.rollout.generators.balanced import BalancedGenerator
 from agentrl.rollout.generators.base import SamplingParams, make_generator
 from agentrl.rollout.generators.scripted import ScriptedGenerator
-from agentrl.rollout.runner import RunnerConfig, run_episodes
+from agentrl.rollout.runner import run_episodes
+from agentrl.rollout.settings import RolloutConfig
 from tests.rollout.test_agent import lookup_script
 from tests.rollout.toy import make_lookup_env
 
 KEYS = [f"k{i}" for i in range(1, 7)]
 
 
-def _config() -> RunnerConfig:
-    return RunnerConfig(agent=AgentConfig(max_new_tokens=64), concurrency=4, progress=False)
+def _config() -> RolloutConfig:
+    return RolloutConfig(max_new_tokens=64, concurrency=4, group_size=1)
 
 
 def _canonical(episode) -> dict:

@@ -29,6 +29,7 @@ def test_bad_placement_settings_name_the_field_and_the_fix(overrides, field, fix
         ("env.envs_per_actor=0", "env.envs_per_actor"),
         ("env.num_cpus_per_env=-1", "env.num_cpus_per_env"),
         ("env.ray_call_timeout_s=0", "env.ray_call_timeout_s"),
+        ("env.ray_start_timeout_s=0", "env.ray_start_timeout_s"),
         ("env.ray_lost_retries=-1", "env.ray_lost_retries"),
         ("env.ray_resources={envnode: 0}", "env.ray_resources.envnode"),
         ("env.ray_services=rack", "env.ray_services"),
@@ -53,8 +54,9 @@ def test_ray_settings_are_kept_as_given():
             "env.envs_per_actor=3",
             "env.ray_resources={envnode: 1}",
             "env.ray_services=cluster",
+            "env.ray_start_timeout_s=45",
         ],
     )
     assert RaySettings.from_env(config.env) == RaySettings(
-        address="auto", envs_per_actor=3, resources={"envnode": 1.0}, services="cluster"
+        address="auto", envs_per_actor=3, resources={"envnode": 1.0}, services="cluster", start_timeout_s=45.0
     )

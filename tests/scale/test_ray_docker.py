@@ -15,8 +15,7 @@ import signal
 import pytest
 
 from agentrl.envs.code.oracle import CodeOracle, call
-from agentrl.rollout.agent import AgentConfig
-from agentrl.rollout.runner import RunnerConfig
+from agentrl.rollout.settings import RolloutConfig
 from tests.scale.test_ray_envs import _canonical
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
@@ -25,13 +24,9 @@ ENV_ID = "agentrl/Code-v0"
 ENV_KWARGS = {"sandbox_backend": "docker", "pool_size": 2, "n_tasks": 8}
 
 
-def _config(concurrency: int = 4) -> RunnerConfig:
+def _config(concurrency: int = 4) -> RolloutConfig:
     # the oracle's first cell carries a whole solution program: room for it in one turn
-    return RunnerConfig(
-        agent=AgentConfig(max_new_tokens=2048, max_context_tokens=8192),
-        concurrency=concurrency,
-        progress=False,
-    )
+    return RolloutConfig(max_new_tokens=2048, max_context_tokens=8192, concurrency=concurrency, group_size=1)
 
 
 def _tasks(n: int) -> list:

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from agentrl.envs.search.oracle import SearchOracle
-from agentrl.rollout.agent import AgentConfig
-from agentrl.rollout.runner import RunnerConfig, RunStats, run_oracle_episodes
+from agentrl.rollout.runner import RunStats, run_oracle_episodes
+from agentrl.rollout.settings import RolloutConfig
 
 pytestmark = pytest.mark.slow  # a two-node cluster starts in 10-35 s on the shared 2-core machine
 
@@ -29,8 +29,8 @@ def _tasks(n: int) -> list:
     return tasks
 
 
-def _config(**kw) -> RunnerConfig:
-    return RunnerConfig(agent=AgentConfig(max_new_tokens=512), concurrency=4, progress=False, **kw)
+def _config(**kw) -> RolloutConfig:
+    return RolloutConfig(max_new_tokens=512, concurrency=4, group_size=1, **kw)
 
 
 def _canonical(episode) -> dict:
@@ -167,6 +167,45 @@ def _test_code_shipped_by_value():
     finally:
         for module in modules:
             ray.cloudpickle.unregister_pickle_by_value(module)
+
+
+def _slow_building_lookup_env(build_s: float):
+    """The toy lookup env whose constructor takes ``build_s`` (data, clients, a sandbox pool ...)."""
+    import time
+
+    from tests.rollout.toy import make_lookup_env
+
+    time.sleep(build_s)
+    return make_lookup_env()
+
+
+def test_a_slow_env_start_is_cut_by_the_start_limit_not_the_watchdog(ray_cluster, tokenizer):
+    """Starting a remote env (a new actor, the env built on it) is the "starting" phase: a 2 s
+    watchdog does not cut an env that takes 6 s to build, env.ray_start_timeout_s does."""
+    from agentrl.rollout.generators.scripted import ScriptedGenerator
+    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+    from agentrl.rollout.runner import run_episodes
+    from tests.rollout.test_agent import lookup_script
+
+    gen = ScriptedGenerator(tokenizer, lookup_script)
+    slow_build = functools.partial(_slow_building_lookup_env, 6.0)
+    results = {}
+    with _test_code_shipped_by_value():
+        for limit in (120.0, 3.0):
+            envs = RayEnvs(slow_build, None, RaySettings(num_cpus_per_env=0.25, start_timeout_s=limit))
+            stats = RunStats()
+            try:
+                episodes = run_episodes(
+                    envs, ["k1", "k2"], gen, tokenizer, _config(watchdog_s=2.0), stats=stats
+                )
+            finally:
+                envs.shutdown()
+            results[limit] = (episodes, stats)
+    started, stats = results[120.0]
+    assert [e.outcome for e in started] == [1.0, 1.0] and stats.watchdog_fired == 0
+    cut, stats = results[3.0]
+    assert all(e.failed and "env.ray_start_timeout_s" in e.error for e in cut), [e.error for e in cut]
+    assert stats.watchdog_fired == 0
 
 
 def test_a_hung_remote_call_times_out_and_fails_only_its_episode(ray_cluster, tokenizer):

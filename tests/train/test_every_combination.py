@@ -66,7 +66,7 @@ def make_world():
     from agentrl.registry import load_entry_point
     from agentrl.rollout.generators.base import make_generator
     from agentrl.rollout.model import load_tokenizer, tiny_model
-    from agentrl.rollout.runner import RunnerConfig, run_episodes, run_oracle_episodes
+    from agentrl.rollout.runner import run_episodes, run_oracle_episodes
 
     tokenizer = load_tokenizer("smollm2-135m")
     model = tiny_model(tokenizer, layers=1, hidden=32, seed=0, arch="qwen2")
@@ -78,11 +78,10 @@ def make_world():
     episodes = {}
     for folding in ("none", "summary", "branch"):
         cfg = load_config(None, [*BASE, f"rollout.folding={folding}"], validate=False)
-        runner = RunnerConfig.from_rollout(cfg.rollout, progress=False)
-        runner = dataclasses.replace(runner, group_size=1)
+        runner = dataclasses.replace(cfg.rollout, group_size=1)
         generator = make_generator("hf", model=model, tokenizer=tokenizer, seed=0, max_batch_size=8)
         sampled = run_episodes(make_env, tasks, generator, tokenizer, runner, seed=1)
-        demo = dataclasses.replace(runner, agent=dataclasses.replace(runner.agent, max_new_tokens=512))
+        demo = dataclasses.replace(runner, max_new_tokens=512)
         solved = run_oracle_episodes(make_env, tasks, oracle, tokenizer, demo, seed=2)
         episodes[folding] = [ep for ep in sampled + solved if not ep.failed]
     state = {k: v.clone() for k, v in model.state_dict().items()}

@@ -202,17 +202,18 @@ def test_a_seeded_row_samples_the_same_in_any_batch(tiny_generator):
 
 def test_runner_episodes_do_not_depend_on_concurrency(tiny_generator):
     """8 episodes (4 tasks x 2 samples) at concurrency 1 and 8: the same tokens and observations."""
-    from agentrl.rollout.agent import AgentConfig
-    from agentrl.rollout.runner import RunnerConfig, run_episodes
+    from agentrl.rollout.runner import run_episodes
+    from agentrl.rollout.settings import RolloutConfig
 
     def run(concurrency: int) -> list:
-        config = RunnerConfig(
-            agent=AgentConfig(max_new_tokens=8, max_turns=2, temperature=1.0, max_context_tokens=1024),
-            concurrency=concurrency, group_size=2, progress=False, env_kwargs={"max_turns": 2, "hops": "single"},
+        config = RolloutConfig(
+            max_new_tokens=8, max_turns=2, temperature=1.0, max_context_tokens=1024, concurrency=concurrency,
+            group_size=2,
         )  # fmt: skip
         return run_episodes(
-            "agentrl/Search-v0", [None] * 4, tiny_generator, tiny_generator.tokenizer, config, seed=5
-        )
+            "agentrl/Search-v0", [None] * 4, tiny_generator, tiny_generator.tokenizer, config, seed=5,
+            env_kwargs={"max_turns": 2, "hops": "single"},
+        )  # fmt: skip
 
     one, eight = run(1), run(8)
     assert all(not ep.failed for ep in one + eight)

@@ -1,0 +1,165 @@
+"""Rollout settings: the one class the runner, the agent (episode loop) and the sampler read.
+
+:class:`RolloutConfig` is a run config's ``rollout:`` section (``agentrl.config`` builds it from
+YAML and dotted overrides) and what code passes to :func:`agentrl.rollout.runner.run_episodes`:
+there is no second copy of these fields. :meth:`RolloutConfig.validate` is their one check (the
+sampler's ranges through :meth:`RolloutConfig.sampling`, FoldGRPO's process-reward settings through
+FoldGRPO's process-reward settings included); every error names the field and the fix.
+What is not a setting - a progress bar, callbacks, the env's constructor arguments, lockstep
+batching - is a keyword argument of the runner.
+
+    settings = RolloutConfig(max_new_tokens=64, concurrency=4, group_size=1)
+    episodes = run_episodes("agentrl/Search-v0", tasks, generator, tokenizer, settings)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from agentrl.errors import ConfigError, check_choice
+from agentrl.rollout.generators.base import SamplingParams
+
+#: who judges a FoldGRPO branch's scope (``rollout.scope_judge``)
+JUDGES = ("rule", "policy", "openai", "none")
+#: the process-reward settings, which have effect only with ``folding=branch``
+PROCESS_REWARD_SETTINGS = ("unfolded_penalty", "unfolded_threshold", "failure_penalty", "scope_penalty",
+                           "scope_judge", "scope_judge_url", "scope_judge_model", "scope_judge_timeout_s")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    backend: str = "hf"
+    """Generator backend: hf | vllm | openai."""
+    base_url: str | None = None
+    """Server URL for the openai backend (e.g. http://127.0.0.1:8000/v1)."""
+    group_size: int = 4
+    """Rollouts per task (G) for group-relative advantages."""
+    tasks_per_step: int = 4
+    """Tasks sampled per training step."""
+    concurrency: int = 8
+    """Episodes run at once."""
+    max_new_tokens: int = 128
+    """Token budget of one assistant turn."""
+    max_context_tokens: int = 2048
+    """Token budget of a whole episode context; the episode is truncated past it."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    episode_timeout_s: float = 300.0
+    """Wall-clock budget of one episode."""
+    watchdog_s: float = 120.0
+    """An episode with no progress for this long is named, then cancelled."""
+    folding: str = "none"
+    """Context folding: none | branch (FoldGRPO branch/return) | summary (SUPO/FoldAct)."""
+    summary_threshold: int = 1536
+    """With folding=summary: summarize when the working context passes this many tokens."""
+    max_summaries: int = 4
+    """With folding=summary: at most this many summaries (context restarts) per episode."""
+    max_branches: int = 10
+    """With folding=branch: at most this many branches per episode."""
+    branch_max_turns: int = 8
+    """With folding=branch: a branch that runs this many env turns without return is closed."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    template_mode: str = "auto"
+    """Token bookkeeping: auto (concat if the chat template passes the conformance check, else one row per turn) | concat | per_turn."""
+    tool_schemas: bool = True
+    """Render the tools' JSON schemas into the system prompt; false when the env's system prompt already documents its tools (fewer prompt tokens)."""
+    watchdog_action: str = "cancel"
+    """What the watchdog does with a stalled episode: cancel (record it as failed) | retry (fresh env, up to max_retries)."""
+    max_retries: int = 1
+    """With watchdog_action=retry: re-runs of a stalled episode."""
+    unfolded_penalty: float = -1.0
+    """With folding=branch: FoldGRPO process reward Q on each main-thread token generated once the main context is past unfolded_threshold (branch-creating turns exempt); paper: -1."""
+    unfolded_threshold: float = 0.5
+    """With folding=branch: fraction of max_context_tokens past which main-thread tokens get unfolded_penalty; paper: 0.5."""
+    failure_penalty: float = -1.0
+    """With folding=branch: Q on each token of a turn whose tool call failed (tool error, malformed call, misplaced branch/return); paper: -1."""
+    scope_penalty: float = -0.2
+    """With folding=branch: Q on each token of a branch the scope judge finds went beyond its sub-task; paper: -0.2."""
+    scope_judge: str = "rule"
+    """With folding=branch: who judges branch scope: rule (content-word rules, no model) | policy (the rollout's own generator) | openai (an OpenAI-compatible server at scope_judge_url; the paper used GPT-5-nano) | none."""
+    scope_judge_url: str | None = None
+    """With scope_judge=openai: the server's base URL (e.g. http://127.0.0.1:8000/v1)."""
+    scope_judge_model: str = ""
+    """With scope_judge=openai: model name to request ("" = the first one the server lists)."""
+    scope_judge_timeout_s: float = 30.0
+    """Timeout of one scope-judge call (an LLM judge that fails or times out fails its episode)."""
+    max_turns: int | None = None
+    """Cap on generated turns per episode (branch, return and summary turns count); unset = from the env's own turn budget (env.max_turns) and the context strategy."""
+
+    def validate(self, prefix: str = "rollout") -> None:
+        """Raise ConfigError naming the field (``prefix.name``) and the fix for any bad value: the one
+        check of these settings, whether they come from YAML or are built in code."""
+        check_choice(f"{prefix}.backend", self.backend, ("hf", "vllm", "openai"))
+        if self.backend == "openai" and not self.base_url:
+            raise ConfigError(
+                f"{prefix}.base_url",
+                "is required with backend=openai",
+                "set rollout.base_url=http://HOST:PORT/v1",
+            )
+        check_choice(f"{prefix}.watchdog_action", self.watchdog_action, ("cancel", "retry"))
+        for name in (
+            "tasks_per_step",
+            "concurrency",
+            "group_size",
+            "max_new_tokens",
+            "max_context_tokens",
+            "max_turns",
+        ):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}")
+        self._check_process_rewards(prefix)
+        check_choice(f"{prefix}.folding", self.folding, ("none", "branch", "summary"))
+        check_choice(f"{prefix}.template_mode", self.template_mode, ("auto", "concat", "per_turn"))
+        if self.max_new_tokens >= self.max_context_tokens:
+            raise ConfigError(
+                f"{prefix}.max_new_tokens",
+                f"{self.max_new_tokens} leaves no room in max_context_tokens={self.max_context_tokens}",
+                "lower max_new_tokens or raise max_context_tokens",
+            )
+        self.sampling()  # temperature / top_p ranges: the sampler's own check
+
+    def _check_process_rewards(self, prefix: str) -> None:
+        """FoldGRPO's process rewards: penalties finite and <= 0, the threshold in (0, 1], the judge
+        one of :data:`JUDGES` (``openai`` needs a URL), its timeout > 0; and a setting changed from
+        its default has effect only with ``folding=branch``."""
+        for name in ("unfolded_penalty", "failure_penalty", "scope_penalty"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value <= 0):
+                raise ConfigError(f"{prefix}.{name}", f"must be a finite penalty <= 0, got {value}")
+        if not 0.0 < self.unfolded_threshold <= 1.0:
+            raise ConfigError(
+                f"{prefix}.unfolded_threshold",
+                f"must be a fraction of max_context_tokens in (0, 1], got {self.unfolded_threshold}",
+            )
+        check_choice(f"{prefix}.scope_judge", self.scope_judge, JUDGES)
+        if self.scope_judge == "openai" and not self.scope_judge_url:
+            raise ConfigError(
+                f"{prefix}.scope_judge_url",
+                "is required with scope_judge=openai",
+                f"set {prefix}.scope_judge_url=http://HOST:PORT/v1",
+            )
+        if not self.scope_judge_timeout_s > 0:
+            raise ConfigError(
+                f"{prefix}.scope_judge_timeout_s", f"must be > 0, got {self.scope_judge_timeout_s}"
+            )
+        if self.folding != "branch":
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            changed = [name for name in PROCESS_REWARD_SETTINGS if getattr(self, name) != defaults[name]]
+            if changed:
+                raise ConfigError(
+                    f"{prefix}.{changed[0]}",
+                    f"process rewards are computed only with {prefix}.folding=branch (folding is {self.folding!r})",
+                    f"set {prefix}.folding=branch or leave {prefix}.{changed[0]} at its default",
+                )
+
+    def sampling(self, **request: object) -> SamplingParams:
+        """The sampler's request for one turn under these settings (``request``: per-call fields such
+        as ``seed`` or a ``max_new_tokens`` cut to the context left)."""
+        base = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p,
+                "top_k": self.top_k}  # fmt: skip
+        return SamplingParams(**{**base, **request})  # type: ignore[arg-type]
