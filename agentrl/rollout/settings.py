@@ -3,8 +3,8 @@
 :class:`RolloutConfig` is a run config's ``rollout:`` section (``agentrl.config`` builds it from
 YAML and dotted overrides) and what code passes to :func:`agentrl.rollout.runner.run_episodes`:
 there is no second copy of these fields. :meth:`RolloutConfig.validate` is their one check (the
-sampler's ranges through :meth:`RolloutConfig.sampling`, FoldGRPO's process-reward settings through
-FoldGRPO's process-reward settings included); every error names the field and the fix.
+sampler's ranges through :meth:`RolloutConfig.sampling`, and FoldGRPO's process-reward settings,
+included); every error names the field and the fix.
 What is not a setting - a progress bar, callbacks, the env's constructor arguments, lockstep
 batching - is a keyword argument of the runner.
 

@@ -350,7 +350,8 @@ def train(config: RunConfig) -> dict[str, Any]:
             state |= {"sampler": sampler.state(), "generator_rng": _generator_rng(generator)}
             save_checkpoint(out_dir, step + 1, engine, state)
 
-    eval_after = evaluate(train_cfg.steps)
+    # no RL step ran (a study's warm-up run): the weights are the ones just evaluated
+    eval_after = evaluate(train_cfg.steps) if train_cfg.steps > 0 else state["eval_before"]
     summary = {**compare_evals(state["eval_before"], eval_after),
                "steps": train_cfg.steps, "out_dir": str(out_dir), "objective": objective,
                "eval_tasks": {"before": state["eval_before"], "after": eval_after}}  # per task: paired tests  # fmt: skip

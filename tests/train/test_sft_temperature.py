@@ -65,4 +65,12 @@ def test_resolved_sft_temperature_is_printed_and_saved(tiny_model_dir, tmp_path,
         assert resolved["train"]["sft_temperature"] == want
         assert resolved["rollout"]["temperature"] == 0.6
         assert f"NLL at temperature {want:g} (train.sft_temperature)" in capsys.readouterr().out
-        assert json.loads((out / "summary.json").read_text())["steps"] == 0
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["steps"] == 0 and summary["eval_tasks"]["after"] == summary["eval_tasks"]["before"]
+        # with no RL step the held-out eval runs once (its result is also the "after")
+        evals = [
+            r
+            for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+            if "eval/success" in r
+        ]
+        assert len(evals) == 1 and evals[0]["step"] == 0
