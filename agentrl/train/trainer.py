@@ -210,13 +210,13 @@ def train(config: RunConfig) -> dict[str, Any]:
         )
     # train.bf16_autocast: auto -> measured on this machine (agentrl.train.precision); saved resolved
     precision = resolve_bf16(train_cfg.bf16_autocast, model, rows=train_cfg.micro_batch_size)
-    # train.sft_temperature unset -> the sampler's (greedy: 1), as the policy divides logits by it
-    sft_temperature = train_cfg.sft_temperature or (config.rollout.temperature or 1.0)
-    config = dataclasses.replace(config, train=dataclasses.replace(
-        train_cfg, bf16_autocast=precision.bf16, sft_temperature=sft_temperature))  # fmt: skip
-    train_cfg = config.train
+    config = dataclasses.replace(config, train=dataclasses.replace(train_cfg, bf16_autocast=precision.bf16))
     progress.print(precision.line())
     policy = build_policy(model, config)
+    # train.sft_temperature unset -> the temperature the policy divides logits by (the sampler's)
+    config = dataclasses.replace(config, train=dataclasses.replace(
+        config.train, sft_temperature=config.train.sft_temperature or policy.temperature))  # fmt: skip
+    train_cfg = config.train
     if algo.kl_coef > 0:
         policy.prepare_reference()
     pad_id = int(tokenizer.pad_token_id)
