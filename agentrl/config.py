@@ -128,6 +128,8 @@ class AlgoConfig:
     """S-PPO clipping-bias correction (reconstruction; see agentrl.algos.losses.clip_bias_norm)."""
     dynamic_sampling: bool = False
     """Drop groups whose rewards are all equal (DAPO)."""
+    refill_rounds: int = 0
+    """With dynamic_sampling: up to this many extra sampling rounds per step, each of tasks_per_step new tasks, until the step holds tasks_per_step groups with unequal rewards (DAPO's over-sampling; extras beyond tasks_per_step are not trained on); 0 = drop only."""
     drop_void_turns: bool = False
     """Drop trajectories with a void turn (SimpleTIR)."""
     options: dict[str, Any] = field(default_factory=dict)
@@ -165,6 +167,11 @@ class AlgoConfig:
             raise ConfigError(f"{prefix}.clip_high", f"must be >= 0, got {self.clip_high}")
         if not 0.0 <= self.full_ctx_dropout < 1.0:
             raise ConfigError(f"{prefix}.full_ctx_dropout", f"must be in [0, 1), got {self.full_ctx_dropout}")
+        if self.refill_rounds < 0:
+            raise ConfigError(f"{prefix}.refill_rounds", f"must be >= 0, got {self.refill_rounds}", "0 turns it off")
+        if self.refill_rounds and not self.dynamic_sampling:
+            raise ConfigError(f"{prefix}.refill_rounds", "refills the groups dynamic sampling drops, which is off",
+                              f"set {prefix}.dynamic_sampling=true, or {prefix}.refill_rounds=0")  # fmt: skip
 
     def _check_registered(self, prefix: str) -> None:
         # names are checked against the registries so a typo fails before any model loads

@@ -84,6 +84,40 @@ def filter_episodes(episodes: list[Episode], config: RunConfig) -> tuple[list[Ep
     return kept, stats
 
 
+def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str, float], config: RunConfig,
+                  rollouts: Rollouts, sampler: TaskSampler, *, step: int, tag: str,
+                  progress: RunProgress) -> tuple[list[Episode], list[Episode], dict[str, float]]:  # fmt: skip
+    """``algo.refill_rounds``: DAPO's dynamic sampling over-samples. While fewer than
+    ``tasks_per_step`` groups survived the filters, sample ``tasks_per_step`` more tasks (the task
+    sampler moves on, so every round is new tasks) and filter them, at most ``refill_rounds`` times;
+    train on the first ``tasks_per_step`` surviving groups. Returns (all sampled episodes, the kept
+    ones, the filter counts summed over rounds plus ``rollout/refill_rounds`` and
+    ``rollout/groups_kept``)."""
+    want, group_size = config.rollout.tasks_per_step, config.rollout.group_size
+    rank, world_size = world()
+    seed = config.train.seed
+    groups = lambda eps: list(dict.fromkeys(ep.group_id for ep in eps))  # noqa: E731
+    rounds = 0
+    while rounds < config.algo.refill_rounds and len(groups(kept)) < want:
+        rounds += 1
+        picked = sampler.next(want * world_size)[rank::world_size]
+        with progress.phase(f"{tag} refill {rounds}/{config.algo.refill_rounds}", len(picked) * group_size,
+                            unit="episode", per_step=False, key="rollout") as phase:  # fmt: skip
+            more, _ = rollouts.run(
+                [rollouts.train_tasks[i] for i in picked], seed=derive_seed(seed, "rollout", step, "refill", rounds),
+                version=step, group_size=group_size, on_episode=phase.on_episode(),
+            )  # fmt: skip
+        for ep in more:  # a task drawn again in a later round must not join an earlier round's group
+            ep.group_id = f"refill{rounds}/{ep.group_id}"
+        more_kept, more_stats = filter_episodes(more, config)
+        episodes, kept = episodes + more, kept + more_kept
+        stats = {k: stats.get(k, 0.0) + more_stats.get(k, 0.0) for k in stats.keys() | more_stats.keys()}
+    trained = set(groups(kept)[:want])
+    kept = [ep for ep in kept if ep.group_id in trained]
+    stats |= {"rollout/refill_rounds": float(rounds), "rollout/groups_kept": float(len(trained))}
+    return episodes, kept, stats
+
+
 def export_weights(policy: Any) -> list[tuple[str, torch.Tensor]]:
     """Full-model weights under Hugging Face names (LoRA merged in) for an external generator."""
     model = policy.model
@@ -299,13 +333,17 @@ def train(config: RunConfig) -> dict[str, Any]:
                 [rollouts.train_tasks[i] for i in picked], seed=derive_seed(train_cfg.seed, "rollout", step),
                 version=step, group_size=config.rollout.group_size, on_episode=phase.on_episode(),
             )  # fmt: skip
+        kept, filter_stats = filter_episodes(episodes, config)
+        if algo.refill_rounds:  # DAPO over-sampling: more tasks until the step's groups are informative
+            episodes, kept, filter_stats = refill_groups(
+                episodes, kept, filter_stats, config, rollouts, sampler, step=step, tag=tag, progress=progress
+            )  # fmt: skip
         if train_cfg.save_episodes and rank0:
             (out_dir / "episodes").mkdir(parents=True, exist_ok=True)
             write_jsonl(episodes, out_dir / "episodes" / f"step-{step + 1:06d}.jsonl")
         rollout_s = time.perf_counter() - t0
         metrics = {**episode_metrics(episodes), **context_metrics(episodes), **rollout_stats,
                    "perf/rollout_s": rollout_s}  # fmt: skip
-        kept, filter_stats = filter_episodes(episodes, config)
         metrics |= filter_stats
         if kept:
             # 2. behaviour (+ reference) log-probs, advantages; 3. PPO epochs

@@ -1,0 +1,103 @@
+"""algo.refill_rounds: DAPO's over-sampling refills the groups dynamic sampling drops."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from train_helpers import config, episodes
+
+from agentrl.errors import ConfigError
+from agentrl.train.progress import RunProgress
+from agentrl.train.trainer import TaskSampler, filter_episodes, main, refill_groups
+
+
+class ScriptedRollouts:
+    """Stands in for the env + generator: each ``run`` returns the next scripted round, one group
+    per task, with the given outcomes; records what it was asked for."""
+
+    def __init__(self, rounds: list[list[list[int]]]):
+        self.rounds, self.calls = list(rounds), []
+        self.train_tasks = [{"id": f"task{i}"} for i in range(100)]
+
+    def run(self, tasks, *, seed, version, group_size, on_episode=None):
+        outcomes = self.rounds.pop(0)
+        assert len(outcomes) == len(tasks)
+        self.calls.append({"tasks": [t["id"] for t in tasks], "seed": seed, "version": version})
+        eps = episodes(n_groups=len(tasks), group_size=group_size, seed=len(self.calls))
+        for g, group in enumerate(outcomes):
+            for i, outcome in enumerate(group):
+                ep = eps[g * group_size + i]
+                ep.outcome, ep.group_id, ep.task_id = float(outcome), f"{tasks[g]['id']}:{g}", tasks[g]["id"]
+                for turn in ep.turns:
+                    turn.void = False
+        return eps, {}
+
+
+def _refill(script, first, *overrides):
+    cfg = config("algo.dynamic_sampling=true", "rollout.tasks_per_step=2", "rollout.group_size=2", *overrides)
+    rollouts, sampler = ScriptedRollouts(script), TaskSampler(100, seed=0)
+    sampler.next(2)  # the step's first draw, as the trainer makes it
+    first_eps, _ = ScriptedRollouts([first]).run([{"id": "a"}, {"id": "b"}], seed=0, version=0, group_size=2)
+    kept, stats = filter_episodes(first_eps, cfg)
+    out = refill_groups(first_eps, kept, stats, cfg, rollouts, sampler, step=4, tag="step 5/6",
+                        progress=RunProgress(None, enabled=False))  # fmt: skip
+    return (*out, rollouts, sampler)
+
+
+def test_refill_stops_when_the_step_is_full_and_trains_on_the_first_groups():
+    # first draw: one informative group of 2; round 1: none; round 2: two (only one is needed)
+    episodes_, kept, stats, rollouts, sampler = _refill(
+        [[[0, 0], [1, 1]], [[1, 0], [0, 1]], [[1, 0], [0, 1]]], [[1, 0], [0, 0]], "algo.refill_rounds=5"
+    )
+    assert len(rollouts.calls) == 2  # stopped as soon as 2 groups were informative; round 3 never ran
+    assert len(rollouts.rounds) == 1
+    assert len(episodes_) == 3 * 2 * 2  # every sampled episode is returned (metrics, saved episodes)
+    groups = list(dict.fromkeys(ep.group_id for ep in kept))
+    assert len(groups) == 2 and groups[0] == "a:0" and groups[1].startswith("refill2/")
+    assert stats["rollout/refill_rounds"] == 2 and stats["rollout/groups_kept"] == 2
+    assert stats["rollout/equal_groups_dropped"] == 1 + 2 + 0  # summed over the rounds
+    # each round draws new tasks from the sampler, with its own rollout seed
+    assert sampler.cursor == 2 + 2 * 2
+    assert rollouts.calls[0]["tasks"] != rollouts.calls[1]["tasks"]
+    assert rollouts.calls[0]["seed"] != rollouts.calls[1]["seed"] and rollouts.calls[0]["version"] == 4
+
+
+def test_refill_gives_up_after_refill_rounds():
+    episodes_, kept, stats, rollouts, sampler = _refill(
+        [[[0, 0], [0, 0]]] * 2, [[0, 0], [1, 1]], "algo.refill_rounds=2"
+    )
+    assert kept == [] and len(episodes_) == 12 and len(rollouts.calls) == 2
+    assert stats["rollout/refill_rounds"] == 2 and stats["rollout/groups_kept"] == 0
+
+
+def test_refill_needs_dynamic_sampling_and_a_non_negative_count():
+    with pytest.raises(ConfigError, match="algo.refill_rounds") as err:
+        config("algo.refill_rounds=2").validate()
+    assert "dynamic_sampling=true" in str(err.value)
+    with pytest.raises(ConfigError, match="algo.refill_rounds"):
+        config("algo.dynamic_sampling=true", "algo.refill_rounds=-1").validate()
+
+
+@pytest.mark.slow
+def test_refill_through_agentrl_train(tiny_model_dir, tmp_path):
+    """The tiny random model fails every task, so every group is dropped and every refill round runs:
+    the step samples (1 + refill_rounds) x tasks_per_step tasks, saves them all and trains on none."""
+    from test_trainer import TINY_RUN
+
+    out = tmp_path / "run"
+    args = [f"model.name={tiny_model_dir}", *TINY_RUN, "algo.kl_coef=0", "algo.dynamic_sampling=true",
+            "algo.refill_rounds=2", "train.steps=1", "train.save_episodes=true", f"train.out_dir={out}"]  # fmt: skip
+    assert main(None, args) == 0
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    step = next(r for r in records if "perf/step_s" in r)
+    assert step["rollout/refill_rounds"] == 2 and step["rollout/groups_kept"] == 0
+    assert step["rollout/equal_groups_dropped"] == 3  # one group of 2 per round, all failed
+    assert "loss/loss" not in step  # nothing informative: no update
+    saved = (out / "episodes" / "step-000001.jsonl").read_text().splitlines()
+    assert len(saved) == 3 * 2
+    assert len({json.loads(x)["group_id"] for x in saved}) == 3
+    state = torch.load(out / "checkpoints" / "step-000001" / "trainer-rank0.pt", weights_only=False)
+    assert state["trainer"]["sampler"]["cursor"] == 3  # the task sampler moved on by every round's task
+    assert "refill_rounds: 2" in (out / "resolved_config.yaml").read_text()
