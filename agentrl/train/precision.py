@@ -1,8 +1,9 @@
 """Learner precision on this machine: ``train.bf16_autocast: auto`` measured, not guessed.
 
-bfloat16 autocast makes the learner 1.75x faster on a CPU with bf16 matrix units (AVX512-BF16,
-AMX) or a GPU, and ~20-100x *slower* on a CPU without them (AVX2 only), where torch falls back to
-a generic GEMM. A CPU-flag table cannot tell the two apart reliably, so :func:`probe_bf16` times
+bfloat16 autocast made the learner 1.75x faster on one 2-core CPU with bf16 units (2026-11-22) and a
+GPU, ~2x *slower* on an Intel Xeon that lists AVX512-BF16 but no AMX (probe: 0.51x at [4, 128],
+2026-11-26), and ~10-100x slower on an AVX2-only CPU, where torch falls back to a generic GEMM. A
+CPU-flag table cannot tell these apart, so :func:`probe_bf16` times
 one real decoder block of the loaded model forward + backward in float32 and under bf16 autocast
 and :func:`decide` picks the faster one:
 
