@@ -88,8 +88,9 @@ def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str,
                   rollouts: Rollouts, sampler: TaskSampler, *, step: int, tag: str,
                   progress: RunProgress) -> tuple[list[Episode], list[Episode], dict[str, float]]:  # fmt: skip
     """``algo.refill_rounds``: DAPO's dynamic sampling over-samples. While fewer than
-    ``tasks_per_step`` groups survived the filters, sample ``tasks_per_step`` more tasks (the task
-    sampler moves on, so every round is new tasks) and filter them, at most ``refill_rounds`` times;
+    ``tasks_per_step`` groups survived the filters (on any rank: ranks draw tasks in step), sample
+    ``tasks_per_step`` more tasks (the sampler moves on: new tasks) and filter them, at most
+    ``refill_rounds`` times;
     train on the first ``tasks_per_step`` surviving groups. Returns (all sampled episodes, the kept
     ones, the filter counts summed over rounds plus ``rollout/refill_rounds`` and
     ``rollout/groups_kept``)."""
@@ -98,7 +99,7 @@ def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str,
     seed = config.train.seed
     groups = lambda eps: list(dict.fromkeys(ep.group_id for ep in eps))  # noqa: E731
     rounds = 0
-    while rounds < config.algo.refill_rounds and len(groups(kept)) < want:
+    while rounds < config.algo.refill_rounds and _any_rank(len(groups(kept)) < want):
         rounds += 1
         picked = sampler.next(want * world_size)[rank::world_size]
         with progress.phase(f"{tag} refill {rounds}/{config.algo.refill_rounds}", len(picked) * group_size,
@@ -116,6 +117,17 @@ def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str,
     kept = [ep for ep in kept if ep.group_id in trained]
     stats |= {"rollout/refill_rounds": float(rounds), "rollout/groups_kept": float(len(trained))}
     return episodes, kept, stats
+
+
+def _any_rank(flag: bool) -> bool:
+    """``flag`` on any data-parallel rank (each rank's task sampler must draw the same rounds)."""
+    if world()[1] == 1:
+        return flag
+    import torch.distributed as dist
+
+    value = torch.tensor([float(flag)], device="cuda" if torch.cuda.is_available() else "cpu")
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
 
 
 def export_weights(policy: Any) -> list[tuple[str, torch.Tensor]]:

@@ -101,3 +101,26 @@ def test_refill_through_agentrl_train(tiny_model_dir, tmp_path):
     state = torch.load(out / "checkpoints" / "step-000001" / "trainer-rank0.pt", weights_only=False)
     assert state["trainer"]["sampler"]["cursor"] == 3  # the task sampler moved on by every round's task
     assert "refill_rounds: 2" in (out / "resolved_config.yaml").read_text()
+
+
+def _any_rank_worker(rank: int, world: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    from agentrl.train.trainer import _any_rank
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        # only rank 1 is short of groups: both ranks must refill, so their task samplers stay in step
+        torch.save([_any_rank(rank == 1), _any_rank(False)], f"{out}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_rank_refills_while_any_rank_is_short(tmp_path):
+    import os
+
+    import torch.multiprocessing as mp
+
+    port = 29700 + os.getpid() % 200
+    mp.spawn(_any_rank_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    assert [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)] == [[True, False], [True, False]]
