@@ -90,10 +90,9 @@ def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str,
     """``algo.refill_rounds``: DAPO's dynamic sampling over-samples. While fewer than
     ``tasks_per_step`` groups survived the filters (on any rank: ranks draw tasks in step), sample
     ``tasks_per_step`` more tasks (the sampler moves on: new tasks) and filter them, at most
-    ``refill_rounds`` times;
-    train on the first ``tasks_per_step`` surviving groups. Returns (all sampled episodes, the kept
-    ones, the filter counts summed over rounds plus ``rollout/refill_rounds`` and
-    ``rollout/groups_kept``)."""
+    ``refill_rounds`` times; train on the first ``tasks_per_step`` surviving groups. Returns (all
+    sampled episodes, the kept ones, the filter counts summed over rounds plus
+    ``rollout/refill_rounds`` and ``rollout/groups_kept``)."""
     want, group_size = config.rollout.tasks_per_step, config.rollout.group_size
     rank, world_size = world()
     seed = config.train.seed
