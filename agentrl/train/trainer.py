@@ -85,7 +85,7 @@ def filter_episodes(episodes: list[Episode], config: RunConfig) -> tuple[list[Ep
 
 
 def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str, float], config: RunConfig,
-                  rollouts: Rollouts, sampler: TaskSampler, *, step: int, tag: str,
+                  rollouts: Rollouts, sampler: TaskSampler, engine: Any, *, step: int, tag: str,
                   progress: RunProgress) -> tuple[list[Episode], list[Episode], dict[str, float]]:  # fmt: skip
     """``algo.refill_rounds``: DAPO's dynamic sampling over-samples. While fewer than
     ``tasks_per_step`` groups survived the filters (on any rank: ranks draw tasks in step), sample
@@ -98,7 +98,7 @@ def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str,
     seed = config.train.seed
     groups = lambda eps: list(dict.fromkeys(ep.group_id for ep in eps))  # noqa: E731
     rounds = 0
-    while rounds < config.algo.refill_rounds and _any_rank(len(groups(kept)) < want):
+    while rounds < config.algo.refill_rounds and _any_rank(engine, len(groups(kept)) < want):
         rounds += 1
         picked = sampler.next(want * world_size)[rank::world_size]
         with progress.phase(f"{tag} refill {rounds}/{config.algo.refill_rounds}", len(picked) * group_size,
@@ -118,15 +118,10 @@ def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str,
     return episodes, kept, stats
 
 
-def _any_rank(flag: bool) -> bool:
+def _any_rank(engine: Any, flag: bool) -> bool:
     """``flag`` on any data-parallel rank (each rank's task sampler must draw the same rounds)."""
-    if world()[1] == 1:
-        return flag
-    import torch.distributed as dist
-
     value = torch.tensor([float(flag)], device="cuda" if torch.cuda.is_available() else "cpu")
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
+    return bool(engine.all_reduce_sum(value).item() > 0)
 
 
 def export_weights(policy: Any) -> list[tuple[str, torch.Tensor]]:
@@ -347,7 +342,7 @@ def train(config: RunConfig) -> dict[str, Any]:
         kept, filter_stats = filter_episodes(episodes, config)
         if algo.refill_rounds:  # DAPO over-sampling: more tasks until the step's groups are informative
             episodes, kept, filter_stats = refill_groups(
-                episodes, kept, filter_stats, config, rollouts, sampler, step=step, tag=tag, progress=progress
+                episodes, kept, filter_stats, config, rollouts, sampler, engine, step=step, tag=tag, progress=progress
             )  # fmt: skip
         if train_cfg.save_episodes and rank0:
             (out_dir / "episodes").mkdir(parents=True, exist_ok=True)

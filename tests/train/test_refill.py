@@ -9,6 +9,7 @@ import torch
 from train_helpers import config, episodes
 
 from agentrl.errors import ConfigError
+from agentrl.train.engines import _EngineBase
 from agentrl.train.progress import RunProgress
 from agentrl.train.trainer import TaskSampler, filter_episodes, main, refill_groups
 
@@ -41,7 +42,7 @@ def _refill(script, first, *overrides):
     sampler.next(2)  # the step's first draw, as the trainer makes it
     first_eps, _ = ScriptedRollouts([first]).run([{"id": "a"}, {"id": "b"}], seed=0, version=0, group_size=2)
     kept, stats = filter_episodes(first_eps, cfg)
-    out = refill_groups(first_eps, kept, stats, cfg, rollouts, sampler, step=4, tag="step 5/6",
+    out = refill_groups(first_eps, kept, stats, cfg, rollouts, sampler, _EngineBase(), step=4, tag="step 5/6",
                         progress=RunProgress(None, enabled=False))  # fmt: skip
     return (*out, rollouts, sampler)
 
@@ -111,7 +112,8 @@ def _any_rank_worker(rank: int, world: int, port: int, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         # only rank 1 is short of groups: both ranks must refill, so their task samplers stay in step
-        torch.save([_any_rank(rank == 1), _any_rank(False)], f"{out}/rank{rank}.pt")
+        engine = _EngineBase()  # the engines' all-reduce, without a policy
+        torch.save([_any_rank(engine, rank == 1), _any_rank(engine, False)], f"{out}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
