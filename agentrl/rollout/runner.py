@@ -23,7 +23,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,19 @@ class RunStats:
     env_s: float = 0.0
     generate_calls: int = 0
     process: dict[str, float] = field(default_factory=dict)  # summed "process/*" episode counts
+
+    def merge(self, other: RunStats) -> RunStats:
+        """Two runs as one (e.g. a step's refill rounds): counts and seconds add up; the generator's
+        idle share is recomputed over the summed wall time (weighted by wall time if not batched)."""
+        wall = self.wall_s + other.wall_s
+        if self.generate_calls or other.generate_calls:
+            idle = max(0.0, 1.0 - (self.generate_busy_s + other.generate_busy_s) / wall) if wall > 0 else 0.0
+        else:
+            idle = (self.generator_idle_share * self.wall_s + other.generator_idle_share * other.wall_s) / wall if wall > 0 else 0.0  # fmt: skip
+        summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)
+                  if f.name not in ("process", "generator_idle_share")}  # fmt: skip
+        process = {k: self.process.get(k, 0.0) + other.process.get(k, 0.0) for k in self.process.keys() | other.process.keys()}  # fmt: skip
+        return RunStats(**summed, generator_idle_share=idle, process=process)
 
     def as_metrics(self) -> dict[str, float]:
         wall = max(self.wall_s, 1e-9)

@@ -17,7 +17,7 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -37,6 +37,9 @@ from agentrl.train.precision import resolve_bf16
 from agentrl.train.progress import RunProgress
 from agentrl.train.update import compute_advantages, ppo_update, score_tokens
 from agentrl.trajectory import Episode, build_batch, write_jsonl
+
+if TYPE_CHECKING:
+    from agentrl.rollout.runner import RunStats
 
 
 # --------------------------------------------------------------------------- pieces of the loop
@@ -84,15 +87,15 @@ def filter_episodes(episodes: list[Episode], config: RunConfig) -> tuple[list[Ep
     return kept, stats
 
 
-def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str, float], config: RunConfig,
-                  rollouts: Rollouts, sampler: TaskSampler, engine: Any, *, step: int, tag: str,
-                  progress: RunProgress) -> tuple[list[Episode], list[Episode], dict[str, float]]:  # fmt: skip
+def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str, float], run_stats: RunStats,
+                  config: RunConfig, rollouts: Rollouts, sampler: TaskSampler, engine: Any, *, step: int, tag: str,
+                  progress: RunProgress) -> tuple[list[Episode], list[Episode], dict[str, float], RunStats]:  # fmt: skip
     """``algo.refill_rounds``: DAPO's dynamic sampling over-samples. While fewer than
     ``tasks_per_step`` groups survived the filters (on any rank: ranks draw tasks in step), sample
     ``tasks_per_step`` more tasks (the sampler moves on: new tasks) and filter them, at most
     ``refill_rounds`` times; train on the first ``tasks_per_step`` surviving groups. Returns (all
     sampled episodes, the kept ones, the filter counts summed over rounds plus
-    ``rollout/refill_rounds`` and ``rollout/groups_kept``)."""
+    ``rollout/refill_rounds`` and ``rollout/groups_kept``, the runner's stats over every round)."""
     want, group_size = config.rollout.tasks_per_step, config.rollout.group_size
     rank, world_size = world()
     seed = config.train.seed
@@ -103,19 +106,19 @@ def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str,
         picked = sampler.next(want * world_size)[rank::world_size]
         with progress.phase(f"{tag} refill {rounds}/{config.algo.refill_rounds}", len(picked) * group_size,
                             unit="episode", per_step=False, key="rollout") as phase:  # fmt: skip
-            more, _ = rollouts.run(
+            more, more_run = rollouts.run(
                 [rollouts.train_tasks[i] for i in picked], seed=derive_seed(seed, "rollout", step, "refill", rounds),
                 version=step, group_size=group_size, on_episode=phase.on_episode(),
             )  # fmt: skip
         for ep in more:  # a task drawn again in a later round must not join an earlier round's group
             ep.group_id = f"refill{rounds}/{ep.group_id}"
         more_kept, more_stats = filter_episodes(more, config)
-        episodes, kept = episodes + more, kept + more_kept
+        episodes, kept, run_stats = episodes + more, kept + more_kept, run_stats.merge(more_run)
         stats = {k: stats.get(k, 0.0) + more_stats.get(k, 0.0) for k in stats.keys() | more_stats.keys()}
     trained = set(groups(kept)[:want])
     kept = [ep for ep in kept if ep.group_id in trained]
     stats |= {"rollout/refill_rounds": float(rounds), "rollout/groups_kept": float(len(trained))}
-    return episodes, kept, stats
+    return episodes, kept, stats, run_stats
 
 
 def _any_rank(engine: Any, flag: bool) -> bool:
@@ -186,7 +189,8 @@ class Rollouts:
         self.run_options = {"progress": False, "lockstep": config.train.deterministic}
 
     def run(self, tasks: list[Any], *, seed: int, version: int, group_size: int, temperature: float | None = None,
-            out_path: Path | None = None, on_episode: Any = None) -> tuple[list[Episode], dict[str, float]]:  # fmt: skip
+            out_path: Path | None = None, on_episode: Any = None) -> tuple[list[Episode], RunStats]:  # fmt: skip
+        """One wave of episodes; returns them and what the runner measured (``.as_metrics()``)."""
         from agentrl.rollout.runner import RunStats, run_episodes
 
         settings = dataclasses.replace(self.config.rollout, group_size=group_size)
@@ -197,7 +201,7 @@ class Rollouts:
             self.episode_env, tasks, self.generator, self.tokenizer, settings, seed=seed,
             policy_version=version, stats=stats, out_path=out_path, on_episode=on_episode, **self.run_options,
         )  # fmt: skip
-        return episodes, stats.as_metrics()
+        return episodes, stats
 
     def demonstrations(self, count: int, oracle: str, seed: int, on_episode: Any = None) -> list[Episode]:
         from agentrl.registry import load_entry_point
@@ -341,14 +345,14 @@ def train(config: RunConfig) -> dict[str, Any]:
             )  # fmt: skip
         kept, filter_stats = filter_episodes(episodes, config)
         if algo.refill_rounds:  # DAPO over-sampling: more tasks until the step's groups are informative
-            episodes, kept, filter_stats = refill_groups(
-                episodes, kept, filter_stats, config, rollouts, sampler, engine, step=step, tag=tag, progress=progress
+            episodes, kept, filter_stats, rollout_stats = refill_groups(
+                episodes, kept, filter_stats, rollout_stats, config, rollouts, sampler, engine, step=step, tag=tag, progress=progress
             )  # fmt: skip
         if train_cfg.save_episodes and rank0:
             (out_dir / "episodes").mkdir(parents=True, exist_ok=True)
             write_jsonl(episodes, out_dir / "episodes" / f"step-{step + 1:06d}.jsonl")
         rollout_s = time.perf_counter() - t0
-        metrics = {**episode_metrics(episodes), **context_metrics(episodes), **rollout_stats,
+        metrics = {**episode_metrics(episodes), **context_metrics(episodes), **rollout_stats.as_metrics(),
                    "perf/rollout_s": rollout_s}  # fmt: skip
         metrics |= filter_stats
         if kept:

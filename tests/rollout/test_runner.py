@@ -205,3 +205,21 @@ def test_an_env_start_is_not_watched_but_bounded_by_its_own_limit(tokenizer):
     stats = RunStats()
     (cut,) = run_episodes(lambda: _SlowStartingEnv(30.0, 2.0), ["k1"], gen, tokenizer, config, stats=stats)
     assert cut.failed and "env start took over 2s" in cut.error and stats.watchdog_fired == 0
+
+
+def test_run_stats_of_two_waves_merge_into_one():
+    """A step's refill rounds are one rollout: counts and seconds add, rates come from the sums."""
+    a = RunStats(episodes=8, failed=1, turns=20, generated_tokens=400, wall_s=10.0, generate_busy_s=6.0,
+                 generate_calls=5, process={"process/generated_tokens": 400.0, "process/penalised_tokens": 40.0})  # fmt: skip
+    b = RunStats(episodes=8, retried=2, watchdog_fired=1, turns=12, generated_tokens=200, wall_s=30.0,
+                 generate_busy_s=6.0, generate_calls=3, process={"process/generated_tokens": 200.0})  # fmt: skip
+    m = a.merge(b).as_metrics()
+    assert m["rollout/episodes"] == 16 and m["rollout/failed"] == 1 and m["rollout/watchdog_fired"] == 1
+    assert m["perf/rollout_wall_s"] == 40.0 and m["rollout/episodes_per_s"] == pytest.approx(16 / 40)
+    assert m["rollout/tokens_per_s"] == pytest.approx(600 / 40)
+    assert m["rollout/generator_idle_share"] == pytest.approx(1 - 12 / 40)  # busy 12 s of 40
+    assert m["rollout/process_share/any"] == pytest.approx(40 / 600)
+    assert a.merge(b).retried == 2 and a.episodes == 8  # the inputs are left as they were
+    # without a batcher the idle shares are weighted by wall time
+    c = RunStats(wall_s=10.0, generator_idle_share=0.5).merge(RunStats(wall_s=30.0, generator_idle_share=0.1))
+    assert c.generator_idle_share == pytest.approx((0.5 * 10 + 0.1 * 30) / 40)

@@ -9,6 +9,7 @@ import torch
 from train_helpers import config, episodes
 
 from agentrl.errors import ConfigError
+from agentrl.rollout.runner import RunStats
 from agentrl.train.engines import _EngineBase
 from agentrl.train.progress import RunProgress
 from agentrl.train.trainer import TaskSampler, filter_episodes, main, refill_groups
@@ -33,23 +34,24 @@ class ScriptedRollouts:
                 ep.outcome, ep.group_id, ep.task_id = float(outcome), f"{tasks[g]['id']}:{g}", tasks[g]["id"]
                 for turn in ep.turns:
                     turn.void = False
-        return eps, {}
+        # a round of 10 s, 4 of them generating (40 % busy), one failure per round
+        return eps, RunStats(episodes=len(eps), failed=1, wall_s=10.0, generate_busy_s=4.0, generate_calls=2)
 
 
 def _refill(script, first, *overrides):
     cfg = config("algo.dynamic_sampling=true", "rollout.tasks_per_step=2", "rollout.group_size=2", *overrides)
     rollouts, sampler = ScriptedRollouts(script), TaskSampler(100, seed=0)
     sampler.next(2)  # the step's first draw, as the trainer makes it
-    first_eps, _ = ScriptedRollouts([first]).run([{"id": "a"}, {"id": "b"}], seed=0, version=0, group_size=2)
+    first_eps, first_run = ScriptedRollouts([first]).run([{"id": "a"}, {"id": "b"}], seed=0, version=0, group_size=2)
     kept, stats = filter_episodes(first_eps, cfg)
-    out = refill_groups(first_eps, kept, stats, cfg, rollouts, sampler, _EngineBase(), step=4, tag="step 5/6",
+    out = refill_groups(first_eps, kept, stats, first_run, cfg, rollouts, sampler, _EngineBase(), step=4, tag="step 5/6",
                         progress=RunProgress(None, enabled=False))  # fmt: skip
     return (*out, rollouts, sampler)
 
 
 def test_refill_stops_when_the_step_is_full_and_trains_on_the_first_groups():
     # first draw: one informative group of 2; round 1: none; round 2: two (only one is needed)
-    episodes_, kept, stats, rollouts, sampler = _refill(
+    episodes_, kept, stats, run_stats, rollouts, sampler = _refill(
         [[[0, 0], [1, 1]], [[1, 0], [0, 1]], [[1, 0], [0, 1]]], [[1, 0], [0, 0]], "algo.refill_rounds=5"
     )
     assert len(rollouts.calls) == 2  # stopped as soon as 2 groups were informative; round 3 never ran
@@ -59,6 +61,10 @@ def test_refill_stops_when_the_step_is_full_and_trains_on_the_first_groups():
     assert len(groups) == 2 and groups[0] == "a:0" and groups[1].startswith("refill2/")
     assert stats["rollout/refill_rounds"] == 2 and stats["rollout/groups_kept"] == 2
     assert stats["rollout/equal_groups_dropped"] == 1 + 2 + 0  # summed over the rounds
+    # the runner's stats cover every round too (the first draw and two refills: 3 x 4 episodes)
+    run = run_stats.as_metrics()
+    assert run["rollout/episodes"] == 12 and run["rollout/failed"] == 3 and run["perf/rollout_wall_s"] == 30.0
+    assert run["rollout/episodes_per_s"] == pytest.approx(12 / 30) and run["rollout/generator_idle_share"] == pytest.approx(0.6)
     # each round draws new tasks from the sampler, with its own rollout seed
     assert sampler.cursor == 2 + 2 * 2
     assert rollouts.calls[0]["tasks"] != rollouts.calls[1]["tasks"]
@@ -66,11 +72,12 @@ def test_refill_stops_when_the_step_is_full_and_trains_on_the_first_groups():
 
 
 def test_refill_gives_up_after_refill_rounds():
-    episodes_, kept, stats, rollouts, sampler = _refill(
+    episodes_, kept, stats, run_stats, rollouts, sampler = _refill(
         [[[0, 0], [0, 0]]] * 2, [[0, 0], [1, 1]], "algo.refill_rounds=2"
     )
     assert kept == [] and len(episodes_) == 12 and len(rollouts.calls) == 2
     assert stats["rollout/refill_rounds"] == 2 and stats["rollout/groups_kept"] == 0
+    assert run_stats.episodes == 12 and run_stats.wall_s == 30.0
 
 
 def test_refill_needs_dynamic_sampling_and_a_non_negative_count():
@@ -95,6 +102,7 @@ def test_refill_through_agentrl_train(tiny_model_dir, tmp_path):
     step = next(r for r in records if "perf/step_s" in r)
     assert step["rollout/refill_rounds"] == 2 and step["rollout/groups_kept"] == 0
     assert step["rollout/equal_groups_dropped"] == 3  # one group of 2 per round, all failed
+    assert step["rollout/episodes"] == 3 * 2  # the runner's counts cover every round, not the first only
     assert "loss/loss" not in step  # nothing informative: no update
     saved = (out / "episodes" / "step-000001.jsonl").read_text().splitlines()
     assert len(saved) == 3 * 2
