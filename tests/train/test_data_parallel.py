@@ -28,13 +28,13 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(engine: str, out: Path, procs: int) -> list[torch.Tensor]:
+def _run(engine: str, out: Path, procs: int, objective: str = "ppo") -> list[torch.Tensor]:
     out.mkdir(parents=True, exist_ok=True)
     if procs == 1:
-        cmd = [sys.executable, str(WORKER), engine, str(out)]
+        cmd = [sys.executable, str(WORKER), engine, str(out), objective]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(procs),
-               "--master_port", str(29500 + os.getpid() % 1000), str(WORKER), engine, str(out)]  # fmt: skip
+               "--master_port", str(29500 + os.getpid() % 1000), str(WORKER), engine, str(out), objective]  # fmt: skip
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
     files = sorted(out.glob("rank*.pt"))
     # judged by the per-rank result files: gloo teardown may abort after the work is done
@@ -74,3 +74,11 @@ def test_ddp_two_process_equals_single(single, tmp_path):
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_deepspeed_zero_two_process_equals_single(single, tmp_path, stage):
     _check(single, _run(f"zero{stage}", tmp_path, 2))
+
+
+@pytest.mark.slow
+def test_ddp_stppo_correction_with_a_rank_that_clips_nothing_equals_single(tmp_path):
+    """The clipping-bias norm is all-reduced over ranks; rank 0 (advantage 0 everywhere) skips its
+    backward and still takes part in every all-reduce: same update as one process, no hang."""
+    one = _run("single", tmp_path / "one", 1, "stppo")[0]
+    _check(one, _run("ddp", tmp_path / "two", 2, "stppo"))

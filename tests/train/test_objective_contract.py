@@ -183,6 +183,33 @@ def test_stppo_scale_is_one_per_minibatch_with_the_losss_ratio():
     assert objective_plan(config(*opts)).loss_options["ratio"] == "turn"  # the correction's ratio too
 
 
+@pytest.mark.slow
+def test_stppo_skips_the_correction_backward_where_nothing_is_clipped(monkeypatch):
+    """Micro-batches with no token in the clipped set (here: a group whose rollouts all scored
+    the same, so every advantage is 0) add exactly nothing to C: their backward is skipped, and the
+    update equals the one of a single micro-batch, where nothing is skipped."""
+    eps = episodes(n_groups=2, group_size=4, seed=4, max_turns=3)
+    for ep in eps[:4]:
+        ep.outcome = 1.0  # group 0: all equal, advantage 0 on every token
+    opts = ["algo.loss=turn_ppo", "algo.clip_bias_correction=true", "algo.clip_low=0.02", "algo.clip_high=0.02",
+            "algo.kl_coef=0", "algo.entropy_coef=0"]  # fmt: skip
+    calls = []
+    real_grad = torch.autograd.grad
+
+    def counting_grad(*args, **kwargs):
+        calls.append(1)
+        return real_grad(*args, **kwargs)
+
+    whole, metrics = _grads(eps, *opts, "train.micro_batch_size=8", warm=True)
+    assert 0 < metrics["clip_bias_scale"] < 1
+    monkeypatch.setattr(torch.autograd, "grad", counting_grad)
+    per_row, metrics = _grads(eps, *opts, "train.micro_batch_size=1", warm=True)
+    assert 0 < metrics["clip_bias_scale"] < 1
+    # 2 updates (warm + measured) x 8 rows, minus at least group 0's 4 rows in each
+    assert 0 < len(calls) <= 2 * (8 - 4)
+    torch.testing.assert_close(per_row, whole, rtol=1e-4, atol=1e-7)
+
+
 def _summary_episode(rng: torch.Generator, eid: str) -> Episode:
     def turn(index, kind="action", n=4):
         ids = torch.randint(1, VOCAB, (n,), generator=rng).tolist()
