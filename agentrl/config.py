@@ -126,6 +126,8 @@ class AlgoConfig:
     """GAE lambda; unset = 1.0."""
     clip_bias_correction: bool = False
     """S-PPO clipping-bias correction (reconstruction; see agentrl.algos.losses.clip_bias_norm)."""
+    clip_bias_floor: float = 1.0
+    """With clip_bias_correction: the gradient is scaled by 1 / max(floor, ||C||) (the reconstruction's floor is 1). A 135M model at lr 3e-5 measures ||C|| of 0.008-0.035, so at floor 1 the scale stays 1: a smaller floor makes the correction act there."""
     dynamic_sampling: bool = False
     """Drop groups whose rewards are all equal (DAPO)."""
     refill_rounds: int = 0
@@ -167,6 +169,12 @@ class AlgoConfig:
             raise ConfigError(f"{prefix}.clip_high", f"must be >= 0, got {self.clip_high}")
         if not 0.0 <= self.full_ctx_dropout < 1.0:
             raise ConfigError(f"{prefix}.full_ctx_dropout", f"must be in [0, 1), got {self.full_ctx_dropout}")
+        if self.clip_bias_floor <= 0:
+            raise ConfigError(f"{prefix}.clip_bias_floor", f"must be > 0, got {self.clip_bias_floor}",
+                              "1.0 is the reconstruction's floor; smaller values let the correction act on small gradients")  # fmt: skip
+        if self.clip_bias_floor != 1.0 and not self.clip_bias_correction:
+            raise ConfigError(f"{prefix}.clip_bias_floor", "is the clipping-bias correction's floor, which is off",
+                              f"set {prefix}.clip_bias_correction=true, or leave {prefix}.clip_bias_floor at 1.0")  # fmt: skip
         if self.refill_rounds < 0:
             raise ConfigError(f"{prefix}.refill_rounds", f"must be >= 0, got {self.refill_rounds}", "0 turns it off")
         if self.refill_rounds and not self.dynamic_sampling:

@@ -194,7 +194,7 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
             scale, extra = 1.0, {}
             if clip_bias is not None:
                 scale, extra = _clip_bias_scale(
-                    engine, tokens, fields, adv, micros, clip_bias, bias_options, weight_of
+                    engine, tokens, fields, adv, micros, clip_bias, bias_options, weight_of, floor=algo.clip_bias_floor
                 )
             for m_idx, idx in enumerate(micros):
                 micro = _Micro(engine, tokens, fields, idx, adv)
@@ -238,8 +238,8 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
 
 def _clip_bias_scale(engine: Any, tokens: TokenBatch, fields: dict[str, Tensor], adv: Tensor,
                      micros: list[Tensor], clip_bias: Any, options: dict[str, Any],
-                     weight_of: Any) -> tuple[float, dict[str, float]]:  # fmt: skip
-    """``(1 / max(1, ||C||), metrics)`` with ``C = grad S_c`` over the whole minibatch (all ranks)."""
+                     weight_of: Any, *, floor: float = 1.0) -> tuple[float, dict[str, float]]:  # fmt: skip
+    """``(1 / max(floor, ||C||), metrics)`` with ``C = grad S_c`` over the whole minibatch (all ranks)."""
     params = engine.policy.trainable_parameters()
     total: list[Tensor | None] = [None] * len(params)
     in_set = 0.0
@@ -264,7 +264,7 @@ def _clip_bias_scale(engine: Any, tokens: TokenBatch, fields: dict[str, Tensor],
             sq = sq + engine.all_reduce_sum(g.detach().clone()).float().pow(2).sum().cpu()
     c_norm = float(sq.sqrt())
     tokens_in = float(sum(fields["loss_mask"][idx].sum() for idx in micros))
-    scale, _ = clip_bias_scale_from_norm(c_norm)
+    scale, _ = clip_bias_scale_from_norm(c_norm, floor=floor)
     return scale, {
         "clip_bias_norm": c_norm,
         "clip_bias_scale": scale,

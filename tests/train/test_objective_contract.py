@@ -210,6 +210,30 @@ def test_stppo_skips_the_correction_backward_where_nothing_is_clipped(monkeypatc
     torch.testing.assert_close(per_row, whole, rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.slow
+def test_stppo_floor_sets_where_the_correction_starts_scaling():
+    """scale = 1 / max(floor, ||C||): with no KL or entropy term the whole update is the policy
+    gradient times the scale, so updates under two floors differ by exactly the ratio of scales."""
+    eps = episodes(n_groups=2, group_size=4, seed=4, max_turns=3)
+    opts = ["algo.loss=turn_ppo", "algo.clip_bias_correction=true", "algo.kl_coef=0", "algo.entropy_coef=0",
+            "algo.old_logprobs=sampler"]  # the scripted sampler log-probs put ratios outside the clip range
+    high, m_high = _grads(eps, *opts, "algo.clip_bias_floor=100")
+    low, m_low = _grads(eps, *opts, "algo.clip_bias_floor=1e-9")
+    norm = m_low["clip_bias_norm"]
+    assert 0 < norm < 100 and m_high["clip_bias_norm"] == pytest.approx(norm)
+    assert m_high["clip_bias_scale"] == pytest.approx(1 / 100) and m_low["clip_bias_scale"] == pytest.approx(1 / norm)
+    torch.testing.assert_close(high * 100, low * norm, rtol=1e-4, atol=1e-7)
+
+
+def test_clip_bias_floor_is_checked():
+    with pytest.raises(ConfigError, match="algo.clip_bias_floor") as err:
+        config("algo.clip_bias_correction=true", "algo.clip_bias_floor=0").validate()
+    assert "must be > 0" in str(err.value)
+    with pytest.raises(ConfigError, match="algo.clip_bias_floor") as err:
+        config("algo.clip_bias_floor=0.01").validate()  # the correction is off: the floor would do nothing
+    assert "clip_bias_correction=true" in str(err.value)
+
+
 def _summary_episode(rng: torch.Generator, eid: str) -> Episode:
     def turn(index, kind="action", n=4):
         ids = torch.randint(1, VOCAB, (n,), generator=rng).tolist()
