@@ -138,9 +138,10 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
 
     Each micro-batch hands the loss exactly its declared needs. Rows with no trainable token left
     (SUPO's unfinished rollouts) are not forwarded: they add nothing to any term or denominator.
-    With ``algo.clip_bias_correction`` the S-PPO scale ``1 / max(1, ||C||)`` is computed once per
-    optimizer step over the whole minibatch (one extra forward per micro-batch, and a backward for
-    the micro-batches with a token in the clipped set), with the loss's own ratio and clip options.
+    With ``algo.clip_bias_correction`` the S-PPO scale ``1 / max(algo.clip_bias_floor, ||C||)`` is
+    computed once per optimizer step over the whole minibatch (one extra forward per micro-batch, and
+    a backward for the micro-batches with a token in the clipped set), with the loss's own ratio and
+    clip options.
     """
     config = step.config
     algo, train = config.algo, config.train
@@ -243,11 +244,14 @@ def _clip_bias_scale(engine: Any, tokens: TokenBatch, fields: dict[str, Tensor],
     params = engine.policy.trainable_parameters()
     total: list[Tensor | None] = [None] * len(params)
     in_set = 0.0
+    # a micro-batch with nothing clipped may skip its backward where a zero tensor can stand in for
+    # its gradient in the ranks' all-reduce: one process, DDP, ZeRO-1/2 (ZeRO-3 shards the parameters)
+    can_skip = engine.world_size == 1 or getattr(engine, "zero_stage", 0) != 3
     for idx in micros:
         micro = _Micro(engine, tokens, fields, idx, adv, module=False)  # no DDP hooks: autograd.grad only
         surrogate, metrics = clip_bias.from_batch(micro.inputs, micro.adv, **options)
         in_set += metrics["clip_bias_frac"] * float(micro.loss_mask.sum())
-        if metrics["clip_bias_frac"] == 0:
+        if can_skip and metrics["clip_bias_frac"] == 0:
             continue  # no token in the clipped set: S_c is a sum of zeros, its gradient exactly 0
         # weight_of carries the DDP world-size factor (ranks' gradients are averaged); C is a sum
         grads = torch.autograd.grad(
@@ -256,7 +260,7 @@ def _clip_bias_scale(engine: Any, tokens: TokenBatch, fields: dict[str, Tensor],
         for i, g in enumerate(grads):
             if g is not None:
                 total[i] = g if total[i] is None else total[i] + g
-    if engine.world_size > 1:  # every rank all-reduces every tensor, whatever it skipped
+    if can_skip and engine.world_size > 1:  # every rank all-reduces every tensor, whatever it skipped
         total = [torch.zeros_like(p) if g is None else g for g, p in zip(total, params, strict=True)]
     sq = torch.zeros(())
     for g in total:
