@@ -82,3 +82,11 @@ def test_ddp_stppo_correction_with_a_rank_that_clips_nothing_equals_single(tmp_p
     backward and still takes part in every all-reduce: same update as one process, no hang."""
     one = _run("single", tmp_path / "one", 1, "stppo")[0]
     _check(one, _run("ddp", tmp_path / "two", 2, "stppo"))
+
+
+@pytest.mark.slow
+def test_deepspeed_zero3_stppo_correction_equals_single(tmp_path):
+    """ZeRO-3 shards the parameters, so no rank skips the correction's backward there; the update
+    still equals one process's."""
+    one = _run("single", tmp_path / "one", 1, "stppo")[0]
+    _check(one, _run("zero3", tmp_path / "two", 2, "stppo"))
