@@ -59,6 +59,11 @@ class _EngineBase:
     def world_size(self) -> int:
         return world()[1]
 
+    @property
+    def shards_parameters(self) -> bool:
+        """Whether a rank holds only a shard of each parameter (ZeRO-3) rather than its full value."""
+        return False
+
     def all_reduce_sum(self, value: Tensor) -> Tensor:
         if self.world_size > 1:
             value = value.clone()
@@ -201,11 +206,15 @@ class DeepSpeedEngine(_EngineBase):
         norm = self.engine.get_global_grad_norm()
         return {"grad_norm": float(norm) if norm is not None else float("nan"), "lr": float(lr)}
 
+    @property
+    def shards_parameters(self) -> bool:
+        return self.zero_stage == 3
+
     def gathered_parameters(self):
         """Context in which every parameter holds its full value (ZeRO-3 gathers; others no-op)."""
         import contextlib
 
-        if self.zero_stage != 3:
+        if not self.shards_parameters:
             return contextlib.nullcontext()
         import deepspeed
 

@@ -245,8 +245,8 @@ def _clip_bias_scale(engine: Any, tokens: TokenBatch, fields: dict[str, Tensor],
     total: list[Tensor | None] = [None] * len(params)
     in_set = 0.0
     # a micro-batch with nothing clipped may skip its backward where a zero tensor can stand in for
-    # its gradient in the ranks' all-reduce: one process, DDP, ZeRO-1/2 (ZeRO-3 shards the parameters)
-    can_skip = engine.world_size == 1 or getattr(engine, "zero_stage", 0) != 3
+    # its gradient in the ranks' all-reduce: one process, DDP, ZeRO-1/2 (not where parameters are sharded)
+    can_skip = engine.world_size == 1 or not engine.shards_parameters
     for idx in micros:
         micro = _Micro(engine, tokens, fields, idx, adv, module=False)  # no DDP hooks: autograd.grad only
         surrogate, metrics = clip_bias.from_batch(micro.inputs, micro.adv, **options)
