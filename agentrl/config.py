@@ -209,6 +209,8 @@ class TrainConfig:
     """Rows per forward/backward (gradient accumulation up to minibatch_size)."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm."""
+    skip_zero_advantage: bool = False
+    """Do not forward rows whose advantage is 0 on every trained token (GRPO groups whose samples all scored the same, when algo.dynamic_sampling is off): their loss and gradient are exactly 0, so the update is the same in exact arithmetic (float sums differ only in order); they still count in the loss's denominators, and a minibatch left with no row still makes its optimizer step (zero gradients, so Adam's momentum moves as before). Learner metrics (loss, clipfrac, entropy) then cover the forwarded rows; loss/skipped_rows is the share skipped. Needs one process, engine=torch, a PPO-clip loss and no KL, entropy or value term (checked before the run)."""
     engine: str = "torch"
     """Learner engine: torch | deepspeed."""
     zero_stage: int = 2

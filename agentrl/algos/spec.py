@@ -144,6 +144,10 @@ class Loss:
     keywords: Mapping[str, Callable[[Mapping[str, Any]], bool]] = field(default_factory=dict)
     extra_options: Mapping[str, Any] = field(default_factory=dict)
     role: str = "policy"
+    inert_at_zero_advantage: bool = False
+    """The loss and its gradient are exactly 0 on a token whose advantage is 0, whatever the
+    ratio (PPO-clip and its variants), so rows with no non-zero advantage may skip the learner
+    pass (``train.skip_zero_advantage``). False where another term acts on every token (FoldAct)."""
 
     def __call__(self, *args: Any, **options: Any) -> tuple[Tensor, dict[str, float]]:
         return self.fn(*args, **{**self.presets, **options})
@@ -315,7 +319,7 @@ _UNIT = {"agg_unit": "row"}
 def _ppo(
     name: str, presets: Mapping[str, Any] | None = None, fn: Callable[..., Any] = loss_lib.ppo_clip
 ) -> Loss:
-    return Loss(name, fn, dict(presets or {}), keywords=_PPO, extra_options=_UNIT)
+    return Loss(name, fn, dict(presets or {}), keywords=_PPO, extra_options=_UNIT, inert_at_zero_advantage=True)
 
 
 LOSS_ENTRIES: tuple[Loss, ...] = (

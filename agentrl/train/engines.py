@@ -112,6 +112,14 @@ class TorchEngine(_EngineBase):
         self.optimizer.zero_grad(set_to_none=True)
         return {"grad_norm": float(norm), "lr": float(lr)}
 
+    def zero_missing_grads(self) -> None:
+        """Give every trainable parameter without a gradient a zero one, as a backward through a
+        zero loss would (AdamW skips a parameter whose gradient is None; a zero one still moves its
+        momentum): a minibatch whose rows all skipped their pass steps exactly as before."""
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "policy": {k: v for k, v in self.policy.state_dict().items() if _trainable_key(self.policy, k)},

@@ -128,7 +128,30 @@ def objective_plan(config: Any) -> ObjectivePlan:
             f"the clipping-bias correction needs a PPO-clip loss; '{loss.name}' is not one",
             "use loss ppo_clip | turn_ppo | dapo | grpo | ... or set algo.clip_bias_correction=false",
         )
+    _check_skip_zero_advantage(config, loss)
     return plan
+
+
+def _check_skip_zero_advantage(config: Any, loss: Any) -> None:
+    """``train.skip_zero_advantage`` is exact only where a zero-advantage row adds nothing at all."""
+    if not config.train.skip_zero_advantage:
+        return
+    algo, train = config.algo, config.train
+    fix = "set train.skip_zero_advantage=false"
+    if not loss.inert_at_zero_advantage:
+        raise ConfigError("train.skip_zero_advantage",
+                          f"loss '{loss.name}' acts on tokens whose advantage is 0, so skipping them would change the update",
+                          f"{fix}, or use a PPO-clip loss (ppo_clip | grpo | dapo | turn_ppo | foldgrpo | ...)")  # fmt: skip
+    for name, value in (("algo.kl_coef", algo.kl_coef), ("algo.entropy_coef", algo.entropy_coef)):
+        if value:
+            raise ConfigError(name, f"is {value:g}: this term acts on every token, so rows with zero advantage "
+                              "cannot skip the learner pass (train.skip_zero_advantage)", f"{fix}, or set {name}=0")  # fmt: skip
+    if algo.critic:
+        raise ConfigError("algo.critic", "the value loss trains on every row, so rows with zero advantage cannot "
+                          "skip the learner pass (train.skip_zero_advantage)", f"{fix}, or set algo.critic=false")  # fmt: skip
+    if train.engine != "torch":
+        raise ConfigError("train.skip_zero_advantage", f"needs engine=torch (DeepSpeed steps inside each backward), got {train.engine!r}",
+                          f"{fix}, or set train.engine=torch")  # fmt: skip
 
 
 __all__ = ["ESTIMATOR_FIELDS", "LOSS_FIELDS", "ObjectivePlan", "objective_plan"]

@@ -314,6 +314,9 @@ def train(config: RunConfig) -> dict[str, Any]:
                        "perf/sft_s": time.perf_counter() - t0}, echo=("sft/loss_first", "sft/loss_last"))  # fmt: skip
 
     engine = make_engine(policy, config)
+    if train_cfg.skip_zero_advantage and engine.world_size > 1:
+        raise ConfigError("train.skip_zero_advantage", f"needs one process (this run has {engine.world_size}): "
+                          "every rank must run the same backward passes", "set train.skip_zero_advantage=false")  # fmt: skip
     ig_scorer = GoldAnswerScorer(
         None, tokenizer, algo.ig_template, continuation=learner_continuation_scorer(engine)
     )  # runs only if the advantage estimator reads gt_logprob
@@ -379,8 +382,8 @@ def train(config: RunConfig) -> dict[str, Any]:
                 update = ppo_update(engine, data, batch, adv, returns, ref, rng=torch.Generator().manual_seed(train_cfg.seed * 7919 + step))  # fmt: skip
                 phase.update(loss=update.get("loss", float("nan")))
             learner_s = time.perf_counter() - t0
-            trained_tokens = float(tokens.loss_mask.sum()) * train_cfg.ppo_epochs  # tokens with a loss
-            seq_tokens = float(tokens.attention_mask.sum()) * train_cfg.ppo_epochs  # tokens forwarded
+            trained_tokens = update.pop("forwarded_loss_tokens")  # tokens with a loss, all epochs
+            seq_tokens = update.pop("forwarded_tokens")  # tokens forwarded (train.skip_zero_advantage skips some)
             metrics |= {f"loss/{k}": v for k, v in update.items()}
             metrics |= {"perf/scoring_s": scoring_s, "perf/learner_s": learner_s,
                         "perf/train_tokens_per_s": trained_tokens / max(learner_s, 1e-9),

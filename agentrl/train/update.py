@@ -141,7 +141,8 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
     With ``algo.clip_bias_correction`` the S-PPO scale ``1 / max(algo.clip_bias_floor, ||C||)`` is
     computed once per optimizer step over the whole minibatch (one extra forward per micro-batch, and
     a backward for the micro-batches with a token in the clipped set), with the loss's own ratio and
-    clip options.
+    clip options. With ``train.skip_zero_advantage`` rows whose advantage is 0 on every trained
+    token are not forwarded (they still count in the denominators; see :func:`zero_advantage_rows`).
     """
     config = step.config
     algo, train = config.algo, config.train
@@ -163,6 +164,10 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
         bias_options = {k: v for k, v in options.items() if k in clip_bias.option_defaults()}
     trainable = fields["loss_mask"].bool().any(dim=1)  # [B]
     seq = fields.get("seq_id")  # [B] rollout of each row, with agg_unit=rollout
+    skip = config.train.skip_zero_advantage
+    inert = zero_advantage_rows(adv, fields["loss_mask"], seq) if skip else torch.zeros_like(trainable)
+    rows_seen = rows_skipped = 0
+    forwarded = {"tokens": 0.0, "loss_tokens": 0.0}
     device = engine.policy.lm.device
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
@@ -183,7 +188,10 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
             mb_seq = seq[minibatch] if seq is not None else None
             total_units = engine.all_reduce_sum(norm_units(agg, mb_mask, mb_seq))
             total_tokens = engine.all_reduce_sum(norm_units("token-mean", mb_mask))
-            micros = row_chunks(minibatch, train.micro_batch_size, seq)
+            live = minibatch[~inert[minibatch]]  # rows to forward (all, without the skip)
+            rows_seen += len(minibatch)
+            rows_skipped += len(minibatch) - len(live)
+            micros = row_chunks(live, train.micro_batch_size, seq)
 
             def weight_of(micro: _Micro, total_units: Tensor = total_units) -> float:
                 return float(
@@ -222,19 +230,36 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
                     total = total + algo.vf_coef * v_loss * v_weight * engine.world_size
                     metrics |= v_metrics
                 engine.backward(total, last=m_idx == len(micros) - 1)
+                forwarded["tokens"] += float(tokens.attention_mask[idx].sum())
+                forwarded["loss_tokens"] += float(loss_mask.sum().cpu())
                 metrics["loss"] = float(policy_loss.detach())
                 for key, value in metrics.items():
                     sums[key] += float(value)
                     counts[key] += 1
+            if skip and not micros:  # every row skipped: the optimizer steps on zero gradients, as it would have
+                engine.zero_missing_grads()
             for key, value in engine.step().items():
                 sums[key] += value
                 counts[key] += 1
                 if key == "grad_norm":
                     peak = max(peak, float(value))
     out = {key: sums[key] / counts[key] for key in sums}
+    out["skipped_rows"] = rows_skipped / max(rows_seen, 1)
+    out["forwarded_tokens"], out["forwarded_loss_tokens"] = forwarded["tokens"], forwarded["loss_tokens"]
     if "grad_norm" in out:
         out["grad_norm_max"] = peak  # the largest optimizer step of this update (spikes hide in the mean)
     return out
+
+
+def zero_advantage_rows(adv: Tensor, loss_mask: Tensor, seq_id: Tensor | None = None) -> Tensor:
+    """``[B]`` bool: rows whose advantage is 0 on every trained token; with ``seq_id`` (a rollout's
+    rows share one normaliser) a row counts only when every row of its rollout does."""
+    zero = ~((adv != 0) & loss_mask.bool()).any(dim=1)
+    if seq_id is not None:
+        live = torch.zeros(int(seq_id.max()) + 1 if seq_id.numel() else 0, dtype=torch.long)
+        live.scatter_add_(0, seq_id.long(), (~zero).long())
+        zero = live[seq_id.long()] == 0
+    return zero
 
 
 def _clip_bias_scale(engine: Any, tokens: TokenBatch, fields: dict[str, Tensor], adv: Tensor,
@@ -276,4 +301,5 @@ def _clip_bias_scale(engine: Any, tokens: TokenBatch, fields: dict[str, Tensor],
     }
 
 
-__all__ = ["compute_advantages", "loss_options", "norm_units", "ppo_update", "row_chunks", "score_tokens"]
+__all__ = ["compute_advantages", "loss_options", "norm_units", "ppo_update", "row_chunks", "score_tokens",
+           "zero_advantage_rows"]
