@@ -249,6 +249,8 @@ class TrainConfig:
     """Evaluate every N steps (0 = only before and after)."""
     eval_episodes: int = 32
     """Held-out episodes per evaluation."""
+    eval_before_from: str = ""
+    """A finished run's out_dir whose held-out eval stands for this run's eval before RL, which then does not run: that run evaluated this run's starting model (agentrl study: the shared warm-up, whose exported model every arm starts from) on at least these eval_episodes tasks, greedy. Its per-task outcomes and eval record are taken as they are. Empty: evaluate."""
     save_every: int = 0
     """Checkpoint every N steps (0 = only at the end)."""
     out_dir: str = "runs/quickstart"

@@ -92,6 +92,11 @@ class _Job:
     sampling_seed: int  # the episode's own sampling stream (see Runner.arun)
 
 
+def task_id(task: Any) -> str:
+    """The id an episode of ``task`` records as its ``task_id``."""
+    return _task_options(task)[1]
+
+
 def _task_options(task: Any) -> tuple[dict[str, Any] | None, str]:
     """Reset options and a group id for one task spec (Task, dict, task id string, or None)."""
     if task is None:

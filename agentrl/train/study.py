@@ -15,9 +15,11 @@ held-out size::
     out_dir: runs/studies/igpo_vs_grpo
 
 Per seed the supervised warm-up runs once (``seed-S/warmup``: the base config with ``train.steps=0``)
-and every method starts from its exported model (``model.adapter=seed-S/warmup/model``,
-``train.sft_warmup_steps=0``) with the same ``train.seed`` (so the same training tasks in the same
-order and the same sampling streams), as many RL steps as make ``episodes`` sampled episodes, and
+and evaluates the first ``eval_tasks`` held-out tasks, greedy. Every method starts from its exported
+model (``model.adapter=seed-S/warmup/model``, ``train.sft_warmup_steps=0``), takes that eval as its
+eval before RL (``train.eval_before_from=seed-S/warmup``: one eval per seed, not one per arm), and
+runs with the same ``train.seed`` (so the same training tasks in the same order and the same
+sampling streams), as many RL steps as make ``episodes`` sampled episodes, and evaluates after RL on
 the same first ``eval_tasks`` held-out tasks. Runs go one at a time in ``agentrl train``
 subprocesses (the trainer picks the GPU when there is one). A run is finished when its
 ``summary.json`` exists; a re-run skips finished runs, and an unfinished one resumes from its last
@@ -46,6 +48,7 @@ STUDY_SET = {
     "train.out_dir": "set the study's out_dir",
     "train.steps": "set the study's episodes (steps = episodes / (tasks_per_step x group_size))",
     "train.eval_episodes": "set the study's eval_tasks",
+    "train.eval_before_from": "every arm takes the warm-up's held-out eval as its eval before RL",
     "train.resume": "the study always resumes",
     "model.adapter": "every arm starts from the warm-up's model; set model.* in the study's overrides",
 }
@@ -94,18 +97,30 @@ class StudyConfig:
 
     def warmup(self, seed: int) -> Run:
         out = self.out_dir / f"seed-{seed}" / "warmup"
-        forced = (f"train.seed={seed}", f"train.out_dir={out}", "train.steps=0", "train.eval_episodes=1",
-                  "train.resume=true")  # fmt: skip
+        forced = (f"train.seed={seed}", f"train.out_dir={out}", "train.steps=0",
+                  f"train.eval_episodes={self.eval_tasks}", "train.resume=true")  # fmt: skip
         return Run(seed, None, out, (*self.overrides, *forced))
 
     def arm(self, seed: int, method: Method, steps: int) -> Run:
         out = self.out_dir / f"seed-{seed}" / method.name
+        warm = self.warmup(seed).out_dir
+        # the warm-up's held-out eval is every arm's eval before RL (one eval per seed, not one per
+        # arm); a warm-up finished by an older study that evaluated fewer tasks leaves arms to evaluate
+        shared = () if _evaluated(warm) < self.eval_tasks else (f"train.eval_before_from={warm}",)
         forced = (
             f"train.seed={seed}", f"train.out_dir={out}", f"train.steps={steps}",
             f"train.eval_episodes={self.eval_tasks}", "train.resume=true", "train.sft_warmup_steps=0",
-            f"model.adapter={self.warmup(seed).out_dir / 'model'}",
+            f"model.adapter={warm / 'model'}", *shared,
         )  # fmt: skip
         return Run(seed, method.name, out, (*self.overrides, *method.overrides, *forced), steps)
+
+
+def _evaluated(warmup_dir: Path) -> float:
+    """Held-out tasks a warm-up evaluated (infinite while it has not run: it will evaluate them all)."""
+    summary = warmup_dir / "summary.json"
+    if not summary.exists():
+        return float("inf")
+    return len(json.loads(summary.read_text())["eval_tasks"]["before"])
 
 
 def _as_overrides(value: Any, field: str, *, method: bool) -> tuple[str, ...]:

@@ -244,6 +244,8 @@ def train(config: RunConfig) -> dict[str, Any]:
     out_dir = Path(train_cfg.out_dir)
     resume_from = latest_checkpoint(out_dir) if train_cfg.resume else None
     rank0 = world()[0] == 0
+    if train_cfg.eval_before_from:  # fail before the model loads
+        shared_eval(train_cfg.eval_before_from)
     progress = RunProgress(out_dir, enabled=rank0, append=resume_from is not None)
 
     # model, policy (LoRA, critic), generator over the live model, env tasks
@@ -429,11 +431,18 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
     success metric (:attr:`agentrl.env.TextEnv.success_metric`, exact match for search), the same
     definition as ``agentrl eval``'s success; failed episodes count as unsolved."""
     from agentrl.env import solved, success_metric
+    from agentrl.rollout.runner import task_id
 
     tasks = rollouts.eval_tasks[: config.train.eval_episodes]
     metric = success_metric(config.env.id)
 
     def evaluate(step: int) -> dict[str, float]:
+        if step == 0 and config.train.eval_before_from:
+            outcomes, record = shared_eval(config.train.eval_before_from, [task_id(t) for t in tasks])
+            logger.log(0, record, echo=("eval/success",))
+            progress.line(f"eval before RL: taken from {config.train.eval_before_from} (train.eval_before_from): "
+                          f"{len(outcomes)} tasks, success={record['eval/success']:.3g}")  # fmt: skip
+            return outcomes
         policy.eval()
         name = "eval before RL" if step == 0 else f"eval after step {step}"
         with progress.phase(name, len(tasks), unit="episode", per_step=False, key="eval") as phase:
@@ -446,6 +455,32 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
         return outcomes
 
     return evaluate
+
+
+def shared_eval(run_dir: str | Path, task_ids: list[str] | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    """``(per-task outcomes, eval record)`` of a finished run's held-out eval before RL, for
+    ``train.eval_before_from``: restricted to ``task_ids`` (all of them must be there), with the
+    record's ``eval/success`` recomputed on those tasks and its ``eval/failed`` as logged."""
+    field = "train.eval_before_from"
+    run_dir = Path(run_dir)
+    path = run_dir / "summary.json"
+    if not path.exists():
+        raise ConfigError(field, f"{run_dir} has no summary.json (not a finished run)",
+                          "point it at a finished run's out_dir, or leave it empty to evaluate")  # fmt: skip
+    before = json.loads(path.read_text())["eval_tasks"]["before"]
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    failed = next((r["eval/failed"] for r in records if r["step"] == 0 and "eval/failed" in r), float("nan"))
+    if task_ids is None:
+        return before, {"eval/success": float(np.mean(list(before.values()))), "eval/failed": failed}
+    missing = [t for t in task_ids if t not in before]
+    if missing:
+        raise ConfigError(field, f"{run_dir} evaluated {len(before)} held-out tasks, not this run's "
+                          f"{len(task_ids)} (missing e.g. {missing[0]!r})",
+                          f"evaluate at least train.eval_episodes={len(task_ids)} tasks there, or leave it empty")  # fmt: skip
+    outcomes = {t: float(before[t]) for t in task_ids}
+    # eval/failed is the shared eval's own count (over its tasks): a failed episode is an unsolved one here too
+    return outcomes, {"eval/success": float(np.mean(list(outcomes.values()))) if outcomes else 0.0,
+                      "eval/failed": failed}  # fmt: skip
 
 
 def compare_evals(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

@@ -55,6 +55,9 @@ def test_plan_gives_every_arm_the_same_seed_tasks_budget_and_warm_up(tmp_path):
     for run in runs[1:3]:
         assert f"model.adapter={tmp_path / 'study' / 'seed-3' / 'warmup' / 'model'}" in run.overrides
         assert {"train.seed=3", "train.eval_episodes=3", "train.sft_warmup_steps=0"} <= set(run.overrides)
+        # the warm-up's eval of the shared checkpoint is every arm's eval before RL
+        assert f"train.eval_before_from={tmp_path / 'study' / 'seed-3' / 'warmup'}" in run.overrides
+    assert "train.eval_episodes=3" in runs[0].overrides and runs[0].method is None
     assert "algo.advantage=igpo" in runs[2].overrides and "algo.advantage=igpo" not in runs[1].overrides
 
 
@@ -187,6 +190,14 @@ def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tin
         assert resolved["model"]["adapter"] == str(out / "seed-0" / "warmup" / "model")
         assert resolved["train"]["sft_warmup_steps"] == 0 and resolved["train"]["seed"] == 0
     assert summaries["igpo"]["objective"]["advantage"] == "igpo"
+    # one held-out eval before RL per seed: the warm-up's, taken by every arm (not run again) ...
+    warm = json.loads((out / "seed-0" / "warmup" / "summary.json").read_text())
+    assert summaries["grpo"]["eval_tasks"]["before"] == warm["eval_tasks"]["before"] and len(warm["eval_tasks"]["before"]) == 3
+    for method in ("grpo", "igpo"):
+        log = (out / "seed-0" / method / "train.log").read_text()
+        assert f"eval before RL: taken from {out / 'seed-0' / 'warmup'} (train.eval_before_from): 3 tasks" in log
+        assert "eval before RL:  episode" not in log
+    # ... which is the eval of the model the arms load: see the export round-trip test below
     # the paired test against the baseline is the trainer's sign test on the two arms' per-task outcomes
     expected = compare_evals(
         summaries["grpo"]["eval_tasks"]["after"], summaries["igpo"]["eval_tasks"]["after"]
@@ -219,3 +230,40 @@ def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tin
     for plot in ("success.png", "reward.png", "context.png"):
         assert (out / plot).stat().st_size > 0, plot
     assert set(results["plots"]) >= {"success.png", "reward.png", "context.png"}
+
+
+def test_the_exported_warm_up_reloads_bit_for_bit_so_its_eval_is_every_arms_eval(tiny_model_dir, tmp_path):
+    """An arm takes the warm-up's eval of the in-memory model as its own eval before RL, and starts
+    from the exported model: the two are the same weights, so greedy decoding gives the same tokens."""
+    from types import SimpleNamespace
+
+    from agentrl.rollout.model import load_model
+    from agentrl.train.trainer import export_model
+
+    model, tokenizer = load_model(str(tiny_model_dir))
+    noise = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # stands in for the warm-up's updates
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=noise))
+    export_model(SimpleNamespace(policy=SimpleNamespace(model=model)), tokenizer, tmp_path / "model")
+    loaded, _ = load_model(str(tiny_model_dir), adapter=str(tmp_path / "model"))
+    mine, theirs = model.state_dict(), loaded.state_dict()
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    prompt = torch.tensor([[1, 5, 9, 14, 3]])
+    outs = [m.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0) for m in (model, loaded)]
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_eval_before_from_refuses_a_run_that_is_not_finished_or_evaluated_fewer_tasks(tmp_path):
+    from agentrl.train.trainer import shared_eval
+
+    with pytest.raises(ConfigError) as err:
+        shared_eval(tmp_path)
+    assert err.value.field == "train.eval_before_from" and "no summary.json" in err.value.problem
+    (tmp_path / "summary.json").write_text(json.dumps({"eval_tasks": {"before": {"a": 1.0, "b": 0.0, "c": 1.0}}}))
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 0, "eval/success": 2 / 3, "eval/failed": 1.0}) + "\n")
+    outcomes, record = shared_eval(tmp_path, ["c", "b"])  # a subset, in this run's order
+    assert outcomes == {"c": 1.0, "b": 0.0} and record == {"eval/success": 0.5, "eval/failed": 1.0}
+    with pytest.raises(ConfigError) as err:
+        shared_eval(tmp_path, ["a", "d"])
+    assert "missing e.g. 'd'" in err.value.problem and "train.eval_episodes=2" in err.value.fix
