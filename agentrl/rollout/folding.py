@@ -49,6 +49,18 @@ BRANCH_TOOLS: list[dict[str, Any]] = [
 ]
 FOLD_TOOL_PARAMS = {"branch": ("description", "prompt"), "return": ("message",)}
 
+
+def branch_tools_text() -> str:
+    """branch/return documented in plain text, for a system prompt that documents its tools itself
+    (``rollout.tool_schemas: false``, where no JSON schema is rendered): otherwise the model would
+    never be told that the two tools exist."""
+    lines = ["To keep this context short you can also work on a sub-task in a separate context:"]
+    for tool in BRANCH_TOOLS:
+        fn = tool["function"]
+        lines.append(f"- {fn['name']}({', '.join(FOLD_TOOL_PARAMS[fn['name']])}): {fn['description']}")
+    lines.append('<tool_call>{"name": "branch", "arguments": {"description": "...", "prompt": "..."}}</tool_call>')
+    return "\n".join(lines)
+
 SUMMARY_INSTRUCTION = (
     "Your working context is almost full. Summarize everything important so far: the task, what you "
     "found (with exact facts and numbers), what failed, and what remains to do. Reply with the summary only."

@@ -77,6 +77,27 @@ def test_branch_and_return_make_a_main_row_and_a_branch_row(tokenizer):
     assert all(m == 0 for m in branch_arrays["mask"][: len(branch.prompt_ids)])
 
 
+@pytest.mark.parametrize("tool_schemas", [True, False])
+def test_the_model_is_told_about_branch_and_return_with_or_without_tool_schemas(tokenizer, tool_schemas):
+    """With rollout.tool_schemas=false no JSON schema is rendered, so the prompt documents the two
+    tools in text (as the env documents its own); the react context gets neither."""
+    prompts = []
+
+    def script(prompt: str, index: int) -> str:
+        prompts.append(prompt)
+        return branch_script(prompt, index)
+
+    (episode,) = run_episodes(make_lookup_env, ["k2"], ScriptedGenerator(tokenizer, script), tokenizer,
+                              config(folding="branch", tool_schemas=tool_schemas))  # fmt: skip
+    assert episode.error is None and episode.outcome == 1.0
+    first = prompts[0]
+    assert '"name": "branch"' in first and "return" in first
+    assert ("- branch(description, prompt): Start a focused sub-task" in first) is (not tool_schemas)
+    (plain,) = run_episodes(make_lookup_env, ["k2"], ScriptedGenerator(tokenizer, lambda p, i: prompts.append(p) or "<answer>v2</answer>"),
+                            tokenizer, config(tool_schemas=tool_schemas))  # fmt: skip
+    assert "branch" not in prompts[-1]
+
+
 def test_nested_branch_and_stray_return_become_observations(tokenizer):
     def script(prompt: str, index: int) -> str:
         if index == 0:
