@@ -151,16 +151,16 @@ class Branch(Context):
     turns_per_env_turn = 3
     needs_judge = True
 
-    def start(self, tools: list[dict[str, Any]], system: str, task_text: str) -> None:
-        if not self.config.tool_schemas:  # the env's prompt documents its tools in text: add branch/return there
-            system = f"{system}\n{folding.branch_tools_text()}" if system else folding.branch_tools_text()
-        super().start(tools, system, task_text)
-
     def __init__(self, run: Any):
         super().__init__(run)
         self.branches = 0
         self.branch_turns = 0
         self.pending: Turn | None = None  # the main-thread turn waiting for its branch's result
+
+    def start(self, tools: list[dict[str, Any]], system: str, task_text: str) -> None:
+        if not self.config.tool_schemas:  # the env's prompt documents its tools in text: add branch/return there
+            system = f"{system}\n{folding.branch_tools_text()}" if system else folding.branch_tools_text()
+        super().start(tools, system, task_text)
 
     def fold(self, turn: Turn) -> str | None:
         assert self.fmt is not None and self.main is not None and self.current is not None

@@ -61,6 +61,7 @@ def branch_tools_text() -> str:
     lines.append('<tool_call>{"name": "branch", "arguments": {"description": "...", "prompt": "..."}}</tool_call>')
     return "\n".join(lines)
 
+
 SUMMARY_INSTRUCTION = (
     "Your working context is almost full. Summarize everything important so far: the task, what you "
     "found (with exact facts and numbers), what failed, and what remains to do. Reply with the summary only."

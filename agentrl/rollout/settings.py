@@ -67,7 +67,7 @@ class RolloutConfig:
     template_mode: str = "auto"
     """Token bookkeeping: auto (concat if the chat template passes the conformance check, else one row per turn) | concat | per_turn."""
     tool_schemas: bool = True
-    """Render the tools' JSON schemas into the system prompt; false when the env's system prompt already documents its tools (fewer prompt tokens)."""
+    """Render the tools' JSON schemas into the system prompt; false when the env's system prompt already documents its tools (fewer prompt tokens; with folding=branch, branch/return are then documented in text)."""
     watchdog_action: str = "cancel"
     """What the watchdog does with a stalled episode: cancel (record it as failed) | retry (fresh env, up to max_retries)."""
     max_retries: int = 1
