@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from train_helpers import config, episodes, step_data, tiny_lm
+from train_helpers import GradCapture, config, episodes, step_data, tiny_lm
 
 from agentrl.train.engines import TorchEngine
 from agentrl.train.learner import Policy, build_policy
@@ -60,14 +60,6 @@ def test_loss_goes_down_on_fixed_batch():
     assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
 
 
-class _GradCapture(TorchEngine):
-    """Records the accumulated gradient at the optimizer step."""
-
-    def step(self):
-        self.grads = torch.cat([p.grad.flatten() for p in self.params])
-        return super().step()
-
-
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "constant"])
 def test_gradient_accumulation_equals_one_big_batch(agg):
     """One update's accumulated gradient is the big batch's, up to float32 summation order.
@@ -89,7 +81,7 @@ def test_gradient_accumulation_equals_one_big_batch(agg):
         with torch.no_grad():  # move the policy off the reference so the KL term has a gradient
             for p in policy.trainable_parameters():
                 p.add_(0.02 * torch.randn(p.shape, generator=noise))
-        engine = _GradCapture(policy, lr=1e-2)
+        engine = GradCapture(policy, lr=1e-2)
         step = step_data(engine, eps, cfg)
         adv, returns, batch = compute_advantages(step)
         ref = score_tokens(engine, step.tokens, 4, reference=True)["logp"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 from test_train_cli import QUICKSTART, SHORT, agentrl_train
-from train_helpers import config, episodes, step_data, tiny_lm
+from train_helpers import GradCapture, config, episodes, step_data, tiny_lm
 
 from agentrl.config import load_config
 from agentrl.errors import ConfigError
@@ -36,12 +36,6 @@ def _tied_groups(n_groups: int = 4, group_size: int = 4):
     return eps
 
 
-class _GradCapture(TorchEngine):
-    def step(self):
-        self.grads = torch.cat([p.grad.flatten() for p in self.params])
-        return super().step()
-
-
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "constant"])
 def test_skipped_rows_leave_the_gradient_unchanged(agg):
     """One optimizer step over the whole batch: the gradient with the skip equals the full pass's,
@@ -51,7 +45,7 @@ def test_skipped_rows_leave_the_gradient_unchanged(agg):
     for skip in (False, True):
         cfg = config("train.minibatch_size=16", "train.micro_batch_size=2", f"algo.agg={agg}",
                      f"train.skip_zero_advantage={str(skip).lower()}")  # fmt: skip
-        engine = _GradCapture(Policy(tiny_lm(seed=3)), lr=1e-2, max_grad_norm=0.0)
+        engine = GradCapture(Policy(tiny_lm(seed=3)), lr=1e-2, max_grad_norm=0.0)
         step = step_data(engine, eps, cfg)
         adv, returns, batch = compute_advantages(step)
         metrics.append(ppo_update(engine, step, batch, adv, returns, None, rng=torch.Generator().manual_seed(0)))

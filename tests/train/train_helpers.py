@@ -8,6 +8,7 @@ import random
 import torch
 
 from agentrl.config import RunConfig, load_config
+from agentrl.train.engines import TorchEngine
 from agentrl.trajectory import Episode, Segment, Turn, build_batch
 
 VOCAB = 96
@@ -77,6 +78,14 @@ def step_data(policy_engine, eps, cfg, **kw):
     return StepData(
         episodes=eps, tokens=tokens, old=old, config=cfg, plan=objective_plan(cfg), engine=policy_engine, **kw
     )
+
+
+class GradCapture(TorchEngine):
+    """A TorchEngine that records the accumulated gradient at each optimizer step (``grads``)."""
+
+    def step(self):
+        self.grads = torch.cat([p.grad.flatten() for p in self.params])
+        return super().step()
 
 
 def replace(cfg: RunConfig, section: str, **values) -> RunConfig:
