@@ -382,7 +382,8 @@ def train(config: RunConfig) -> dict[str, Any]:
             t0 = time.perf_counter()
             with progress.phase(f"{tag} learner", per_step=False, key="learner") as phase:
                 update = ppo_update(engine, data, batch, adv, returns, ref, rng=torch.Generator().manual_seed(train_cfg.seed * 7919 + step))  # fmt: skip
-                phase.update(loss=update.get("loss", float("nan")))
+                # every row skipped (train.skip_zero_advantage): no loss was computed
+                phase.update(**({"loss": update["loss"]} if "loss" in update else {"skipped_rows": update["skipped_rows"]}))
             learner_s = time.perf_counter() - t0
             trained_tokens = update.pop("forwarded_loss_tokens")  # tokens with a loss, all epochs
             seq_tokens = update.pop("forwarded_tokens")  # tokens forwarded (train.skip_zero_advantage skips some)

@@ -139,3 +139,7 @@ def test_agentrl_train_skips_exactly_the_tied_groups(tiny_model_dir, tmp_path):
         tied = sum(len([e for e in eps if e["group_id"] == g]) for g, o in groups.items() if len(o) == 1)
         assert records[step]["loss/skipped_rows"] == pytest.approx(tied / len(eps)), (step, groups)
     assert any(records[step]["loss/skipped_rows"] > 0 for step in (1, 2))  # the tiny model ties its groups
+    for step in (1, 2):  # the learner line shows the loss, or the share skipped when no row was forwarded
+        line = next(x for x in proc.stdout.splitlines() if x.startswith(f"step {step}/2 learner:  ") and "done in" in x)
+        shown = "loss=" if "loss/loss" in records[step] else "skipped_rows=1 "
+        assert shown in line and "nan" not in line, line
