@@ -245,7 +245,7 @@ def train(config: RunConfig) -> dict[str, Any]:
     resume_from = latest_checkpoint(out_dir) if train_cfg.resume else None
     rank0 = world()[0] == 0
     if train_cfg.eval_before_from:  # fail before the model loads
-        shared_eval(train_cfg.eval_before_from)
+        _shared_summary(train_cfg.eval_before_from)
     progress = RunProgress(out_dir, enabled=rank0, append=resume_from is not None)
 
     # model, policy (LoRA, critic), generator over the live model, env tasks
@@ -458,21 +458,24 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
     return evaluate
 
 
-def shared_eval(run_dir: str | Path, task_ids: list[str] | None = None) -> tuple[dict[str, float], dict[str, float]]:
+def _shared_summary(run_dir: str | Path) -> Path:
+    """``train.eval_before_from``'s ``summary.json``; a ConfigError if that run did not finish."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        raise ConfigError("train.eval_before_from", f"{run_dir} has no summary.json (not a finished run)",
+                          "point it at a finished run's out_dir, or leave it empty to evaluate")  # fmt: skip
+    return path
+
+
+def shared_eval(run_dir: str | Path, task_ids: list[str]) -> tuple[dict[str, float], dict[str, float]]:
     """``(per-task outcomes, eval record)`` of a finished run's held-out eval before RL, for
     ``train.eval_before_from``: restricted to ``task_ids`` (all of them must be there), with the
     record's ``eval/success`` recomputed on those tasks and its ``eval/failed`` as logged."""
     field = "train.eval_before_from"
     run_dir = Path(run_dir)
-    path = run_dir / "summary.json"
-    if not path.exists():
-        raise ConfigError(field, f"{run_dir} has no summary.json (not a finished run)",
-                          "point it at a finished run's out_dir, or leave it empty to evaluate")  # fmt: skip
-    before = json.loads(path.read_text())["eval_tasks"]["before"]
+    before = json.loads(_shared_summary(run_dir).read_text())["eval_tasks"]["before"]
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     failed = next((r["eval/failed"] for r in records if r["step"] == 0 and "eval/failed" in r), float("nan"))
-    if task_ids is None:
-        return before, {"eval/success": float(np.mean(list(before.values()))), "eval/failed": failed}
     missing = [t for t in task_ids if t not in before]
     if missing:
         raise ConfigError(field, f"{run_dir} evaluated {len(before)} held-out tasks, not this run's "

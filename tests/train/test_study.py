@@ -258,7 +258,7 @@ def test_eval_before_from_refuses_a_run_that_is_not_finished_or_evaluated_fewer_
     from agentrl.train.trainer import shared_eval
 
     with pytest.raises(ConfigError) as err:
-        shared_eval(tmp_path)
+        shared_eval(tmp_path, ["a"])
     assert err.value.field == "train.eval_before_from" and "no summary.json" in err.value.problem
     (tmp_path / "summary.json").write_text(json.dumps({"eval_tasks": {"before": {"a": 1.0, "b": 0.0, "c": 1.0}}}))
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 0, "eval/success": 2 / 3, "eval/failed": 1.0}) + "\n")
