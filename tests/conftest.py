@@ -13,8 +13,11 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-if os.environ.get("AGENTRL_TRITON_INTERPRET", "1") == "1":
-    # Must be set before any @triton.jit decorator runs (MACHINE-NOTES §4).
+import torch  # noqa: E402  (does not import triton, so the switch below still comes first)
+
+if os.environ.get("AGENTRL_TRITON_INTERPRET", "0" if torch.cuda.is_available() else "1") == "1":
+    # Must be set before any @triton.jit decorator runs (MACHINE-NOTES §4). Only where no GPU is:
+    # on a GPU the tests must run the compiled kernel, not the interpreter.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import functools  # noqa: E402

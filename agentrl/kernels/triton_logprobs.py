@@ -12,18 +12,53 @@ Each program writes only its own rows / vocabulary slice, so there are no atomic
 is deterministic. The backward costs about three forward matmuls (recompute twice, multiply once
 each way). On CPU this module runs only under ``TRITON_INTERPRET=1`` (set before import), which is
 how the tests check it; speed is a GPU matter.
+
+Tile sizes (``Blocks``): the interpreter runs small tiles (its cost grows with the tile); on a GPU
+``GPU_BLOCKS`` holds the tiles ``benchmarks/bench_triton_blocks.py`` measured fastest, and a caller
+may pass its own ``blocks=``.
 """
 
 from __future__ import annotations
+
+import os
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-BLOCK_N = 16
-BLOCK_V = 64
-BLOCK_D = 32
+
+@dataclass(frozen=True)
+class Blocks:
+    """Tile sizes (powers of two, each at least 16 for ``tl.dot``) and launch options."""
+
+    n: int  # rows per tile
+    v: int  # vocabulary entries per tile
+    d: int  # hidden-size slice per tl.dot
+    warps: int = 4
+    stages: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("n", "v", "d"):
+            value = getattr(self, name)
+            if value < 16 or value & (value - 1):
+                raise ValueError(f"Blocks.{name}={value}: a tile side must be a power of two >= 16")
+
+    def meta(self, ieee: bool) -> dict[str, int | bool]:
+        return dict(BLOCK_N=self.n, BLOCK_V=self.v, BLOCK_D=self.d, IEEE=ieee,
+                    num_warps=self.warps, num_stages=self.stages)  # fmt: skip
+
+
+INTERPRETER_BLOCKS = Blocks(16, 64, 32)
+GPU_BLOCKS = Blocks(64, 256, 64, warps=8, stages=3)
+
+
+def blocks_for(device: torch.device) -> Blocks:
+    """The tiles used on ``device`` when the caller names none."""
+    if device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        return GPU_BLOCKS
+    return INTERPRETER_BLOCKS
 
 
 @triton.jit
@@ -160,7 +195,8 @@ class TritonLogprobEntropy(torch.autograd.Function):
     """autograd.Function over the fused kernels: ``(hidden [N,H], weight [V,H], targets [N])``."""
 
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float):  # type: ignore[override]
+    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float,  # type: ignore[override]
+                blocks: Blocks):  # fmt: skip
         hidden, weight = hidden.contiguous(), weight.contiguous()
         targets = targets.contiguous().to(torch.int64)
         n_rows, dim = hidden.shape
@@ -170,13 +206,13 @@ class TritonLogprobEntropy(torch.autograd.Function):
         lse = torch.empty_like(logp)  # [N]
         ieee = hidden.dtype == torch.float32
         if n_rows:
-            _forward_kernel[(triton.cdiv(n_rows, BLOCK_N),)](
+            _forward_kernel[(triton.cdiv(n_rows, blocks.n),)](
                 hidden, weight, targets, logp, entropy, lse, n_rows, vocab, dim,
-                hidden.stride(0), weight.stride(0), 1.0 / temperature,
-                BLOCK_N=BLOCK_N, BLOCK_V=BLOCK_V, BLOCK_D=BLOCK_D, IEEE=ieee,
+                hidden.stride(0), weight.stride(0), 1.0 / temperature, **blocks.meta(ieee),
             )  # fmt: skip
         ctx.save_for_backward(hidden, weight, targets, lse, entropy)
         ctx.temperature = temperature
+        ctx.blocks = blocks
         return logp, entropy
 
     @staticmethod
@@ -188,24 +224,28 @@ class TritonLogprobEntropy(torch.autograd.Function):
         g_logp = zeros if grad_logp is None else grad_logp.float().contiguous()
         g_ent = zeros if grad_entropy is None else grad_entropy.float().contiguous()
         args = (hidden, weight, targets, lse, entropy, g_logp, g_ent)
-        meta = dict(BLOCK_N=BLOCK_N, BLOCK_V=BLOCK_V, BLOCK_D=BLOCK_D, IEEE=hidden.dtype == torch.float32)
+        blocks: Blocks = ctx.blocks
+        meta = blocks.meta(hidden.dtype == torch.float32)
         scalars = (n_rows, vocab, dim, hidden.stride(0), weight.stride(0), 1.0 / ctx.temperature)
         grad_hidden = grad_weight = None
         if ctx.needs_input_grad[0]:
             grad_hidden = torch.zeros((n_rows, dim), dtype=torch.float32, device=hidden.device)
             if n_rows:
-                _grad_hidden_kernel[(triton.cdiv(n_rows, BLOCK_N),)](*args, grad_hidden, *scalars, **meta)
+                _grad_hidden_kernel[(triton.cdiv(n_rows, blocks.n),)](*args, grad_hidden, *scalars, **meta)
             grad_hidden = grad_hidden.to(hidden.dtype)
         if ctx.needs_input_grad[1]:
             grad_weight = torch.zeros((vocab, dim), dtype=torch.float32, device=weight.device)
             if n_rows:
-                _grad_weight_kernel[(triton.cdiv(vocab, BLOCK_V),)](*args, grad_weight, *scalars, **meta)
+                _grad_weight_kernel[(triton.cdiv(vocab, blocks.v),)](*args, grad_weight, *scalars, **meta)
             grad_weight = grad_weight.to(weight.dtype)
-        return grad_hidden, grad_weight, None, None
+        return grad_hidden, grad_weight, None, None, None
 
 
 def triton_logprobs_entropy(
-    hidden: Tensor, weight: Tensor, targets: Tensor, *, temperature: float = 1.0
+    hidden: Tensor, weight: Tensor, targets: Tensor, *, temperature: float = 1.0, blocks: Blocks | None = None
 ) -> tuple[Tensor, Tensor]:
-    """Fused log-prob of ``targets`` and entropy; same contract as ``chunked_logprobs_entropy``."""
-    return TritonLogprobEntropy.apply(hidden, weight, targets, float(temperature))
+    """Fused log-prob of ``targets`` and entropy; same contract as ``chunked_logprobs_entropy``.
+
+    ``blocks``: tile sizes; default ``blocks_for(hidden.device)``."""
+    chosen = blocks or blocks_for(hidden.device)
+    return TritonLogprobEntropy.apply(hidden, weight, targets, float(temperature), chosen)

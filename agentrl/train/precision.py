@@ -60,6 +60,7 @@ class Decision:
     reason: str
     timings: tuple[Timing, ...] = ()
     cpu: str = ""
+    device: str = ""  # where the timed block ran ("" = the CPU above)
 
     @property
     def bf16_kernels(self) -> bool:
@@ -73,7 +74,7 @@ class Decision:
             + ("failed" if t.bf16_s is None else f"{t.bf16_s * 1e3:.1f} ms")
             for t in self.timings
         )
-        where = f" on {self.cpu}" if self.cpu else ""
+        where = f" on {self.device or self.cpu}" if (self.device or self.cpu) else ""
         return (
             f"precision: train.bf16_autocast={str(self.bf16).lower()} ({self.source}{where}: {self.reason})"
             + (f"; one decoder block fwd+bwd {shown}" if shown else "")
@@ -81,18 +82,19 @@ class Decision:
 
     def as_dict(self) -> dict[str, Any]:
         return {"bf16_autocast": self.bf16, "source": self.source, "reason": self.reason, "cpu": self.cpu,
-                "timings": [dataclasses.asdict(t) for t in self.timings]}  # fmt: skip
+                "device": self.device or self.cpu, "timings": [dataclasses.asdict(t) for t in self.timings]}  # fmt: skip
 
 
-def decide(timings: list[Timing]) -> tuple[bool, str]:
+def decide(timings: list[Timing], *, on_gpu: bool = False) -> tuple[bool, str]:
     """The rule, on measured timings (stage 1 first, stage 2 if it ran)."""
+    where = "this GPU" if on_gpu else "this CPU"
     if not timings:
         raise ValueError("decide() needs at least the stage-1 timing")
     tiny = timings[0]
     if tiny.bf16_s is None:
         return False, "bf16 autocast is not supported on this device"
     if tiny.ratio > SLOW_RATIO:
-        return False, f"bf16 {tiny.ratio:.1f}x slower than float32: no fast bf16 kernels on this CPU"
+        return False, f"bf16 {tiny.ratio:.1f}x slower than float32: no fast bf16 kernels on {where}"
     if len(timings) < 2:
         raise ValueError("stage 1 did not rule bf16 out: decide() needs the stage-2 timing too")
     full = timings[1]
@@ -111,6 +113,14 @@ def cpu_name() -> str:
         pass
     isa = torch.backends.cpu.get_cpu_capability()
     return ", ".join(x for x in (model, isa) if x)
+
+
+def device_name(model: nn.Module) -> str:
+    """The accelerator the model's weights live on (``NVIDIA H200``), or "" on the CPU."""
+    param = next(model.parameters(), None) if model is not None else None
+    if param is not None and param.device.type == "cuda":
+        return torch.cuda.get_device_name(param.device)
+    return ""
 
 
 def _block_pass(model: nn.Module, rows: int, tokens: int, bf16: bool) -> float | None:
@@ -173,18 +183,19 @@ def probe_bf16(model: nn.Module, rows: int = 2) -> Decision:
                 timings.append(_paired(model, rows, PROBE_TOKENS))
     except Exception as exc:  # noqa: BLE001 - an unusual block signature must not stop the run
         reason = f"the probe could not run one block of this model ({type(exc).__name__}: {exc}); float32"
-        return Decision(False, "probe", reason, (), cpu_name())
+        return Decision(False, "probe", reason, (), cpu_name(), device_name(model))
     finally:
         torch.set_num_threads(threads)
-    bf16, reason = decide(timings)
-    return Decision(bf16, "probe", reason, tuple(timings), cpu_name())
+    bf16, reason = decide(timings, on_gpu=bool(device_name(model)))
+    return Decision(bf16, "probe", reason, tuple(timings), cpu_name(), device_name(model))
 
 
 def resolve_bf16(setting: bool | str, model: nn.Module, rows: int = 2) -> Decision:
     """``train.bf16_autocast`` -> a :class:`Decision` (``auto`` probes, true/false are forced)."""
     if isinstance(setting, bool):
         return Decision(
-            setting, "config", f"train.bf16_autocast={str(setting).lower()} forces it", cpu=cpu_name()
+            setting, "config", f"train.bf16_autocast={str(setting).lower()} forces it", cpu=cpu_name(),
+            device=device_name(model),
         )
     if setting != "auto":
         raise ValueError(f"train.bf16_autocast must be true, false or auto, got {setting!r}")

@@ -189,13 +189,13 @@ class Phase:
         if self._bar is not None:
             self._bar.update(self._task, info=self._info())
 
-    def on_episode(self, key: str = "reward") -> Any:
-        """A runner ``on_episode`` callback: one unit per episode, ``key`` = mean outcome so far
-        (failed episodes count 0)."""
+    def on_episode(self, key: str = "reward", value: Any = None) -> Any:
+        """A runner ``on_episode`` callback: one unit per episode, ``key`` = mean so far of
+        ``value(episode)`` (default: its outcome; failed episodes count 0)."""
         outcomes: list[float] = []
 
         def record(episode: Any) -> None:
-            outcomes.append(0.0 if episode.failed else float(episode.outcome))
+            outcomes.append(0.0 if episode.failed else float(value(episode) if value else episode.outcome))
             self.advance(**{key: sum(outcomes) / len(outcomes)})
 
         return record

@@ -292,13 +292,15 @@ def train(config: RunConfig) -> dict[str, Any]:
 
     # supervised warm-up on oracle demonstrations (fresh runs only: a checkpoint already has it)
     if resume_from is None and train_cfg.sft_warmup_steps > 0:
+        from agentrl.env import solved, success_metric
         from agentrl.train.sft import sft_warmup
 
         t0 = time.perf_counter()
         wanted = min(train_cfg.sft_demos, len(rollouts.train_tasks))
         with progress.phase("warm-up demonstrations", wanted, unit="episode", per_step=False) as phase:
             demos = rollouts.demonstrations(train_cfg.sft_demos, train_cfg.oracle, train_cfg.seed,
-                                            on_episode=phase.on_episode("success"))  # fmt: skip
+                                            on_episode=phase.on_episode("success", lambda ep: solved(
+                                                ep.metrics, ep.outcome, success_metric(config.env.id))))  # fmt: skip
         logger.console.print(f"warm-up: {sum(not d.failed and d.outcome > 0 for d in demos)} demonstrations, "
                              f"NLL at temperature {train_cfg.sft_temperature:g} (train.sft_temperature)")  # fmt: skip
         sft_steps = train_cfg.sft_warmup_steps
@@ -449,7 +451,8 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
         with progress.phase(name, len(tasks), unit="episode", per_step=False, key="eval") as phase:
             episodes, _ = rollouts.run(tasks, seed=10_000_019, version=step, group_size=1,
                                        temperature=config.train.eval_temperature,
-                                       on_episode=phase.on_episode("success"))  # fmt: skip
+                                       on_episode=phase.on_episode(  # success, as logged below
+                                           "success", lambda ep: solved(ep.metrics, ep.outcome, metric)))  # fmt: skip
         outcomes = {ep.task_id: 0.0 if ep.failed else solved(ep.metrics, ep.outcome, metric) for ep in episodes}
         logger.log(step, {"eval/success": float(np.mean(list(outcomes.values()))) if outcomes else 0.0,
                           "eval/failed": float(sum(ep.failed for ep in episodes))}, echo=("eval/success",))  # fmt: skip

@@ -9,14 +9,15 @@ import torch
 
 from agentrl.config import load_config
 from agentrl.errors import ConfigError
-from agentrl.train.precision import MIN_GAIN, SLOW_RATIO, Timing, decide, probe_bf16, resolve_bf16
+from agentrl.train.precision import MIN_GAIN, SLOW_RATIO, Timing, cpu_name, decide, probe_bf16, resolve_bf16
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
 
 
 def test_no_fast_bf16_kernels_is_decided_on_the_tiny_pass_alone():
     bf16, reason = decide([Timing(1, 32, fp32_s=0.020, bf16_s=0.190)])  # an AVX2-only CPU
-    assert bf16 is False and "9.5x slower" in reason and "no fast bf16 kernels" in reason
+    assert bf16 is False and "9.5x slower" in reason and "no fast bf16 kernels on this CPU" in reason
+    assert "on this GPU" in decide([Timing(1, 32, fp32_s=0.020, bf16_s=0.190)], on_gpu=True)[1]
 
 
 def test_bf16_that_raises_means_float32():
@@ -59,6 +60,7 @@ def test_the_probe_times_a_real_block_and_leaves_the_model_as_it_was():
     assert decision.bf16 == decide(list(decision.timings))[0]
     assert "fp32" in decision.line() and decision.line().startswith("precision: train.bf16_autocast=")
     assert decision.as_dict()["timings"][0]["tokens"] == 32
+    assert decision.device == "" and f"(probe on {cpu_name()}:" in decision.line()  # timed on the CPU
     assert [p.requires_grad for p in model.parameters()] == flags
     assert all(p.grad is None for p in model.parameters())
     assert all(torch.equal(a, b.detach()) for a, b in zip(before, model.parameters(), strict=True))
@@ -72,3 +74,16 @@ def test_config_default_is_auto_and_bad_values_name_the_field():
     with pytest.raises(ConfigError, match="train.bf16_autocast") as err:
         load_config(None, ["train.bf16_autocast=fast"])
     assert "auto" in str(err.value) and "true" in str(err.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_probe_times_the_gpu_and_says_so():
+    """An H200 run printed 'probe on Intel(R) Xeon(R) Processor' for timings taken on the GPU."""
+    from agentrl.rollout.model import load_tokenizer, tiny_model
+
+    model = tiny_model(load_tokenizer("smollm2-135m"), layers=1, hidden=32, seed=0).cuda()
+    decision = probe_bf16(model, rows=2)
+    name = torch.cuda.get_device_name()
+    assert decision.device == name and f"(probe on {name}:" in decision.line()
+    assert decision.as_dict()["device"] == name and decision.as_dict()["cpu"] == cpu_name()

@@ -61,6 +61,21 @@ def test_episodes_are_throttled_and_the_eta_comes_from_the_rate_or_the_last_phas
         assert phase.eta() == pytest.approx(progress.last_s["rollout"], abs=0.05)
 
 
+def test_an_eval_line_counts_what_its_key_names_not_the_partial_score():
+    """A WebShop eval printed success=0.0547 (the mean score) and logged eval/success 0 (no score 1)."""
+    progress = RunProgress(None, stream=io.StringIO(), every_s=60)
+
+    class Ep:
+        def __init__(self, outcome, failed=False):
+            self.outcome, self.failed = outcome, failed
+
+    with progress.phase("eval before RL", 4, unit="episode", per_step=False, key="eval") as phase:
+        record = phase.on_episode("success", lambda ep: 1.0 if ep.outcome >= 1.0 else 0.0)
+        for ep in (Ep(0.5), Ep(1.0), Ep(0.25), Ep(1.0, failed=True)):
+            record(ep)
+        assert phase.fields == {"success": 0.25}  # one solved of four; partial scores count 0
+
+
 def test_a_failing_phase_says_so_and_stops_its_heartbeat(tmp_path):
     out = io.StringIO()
     progress = RunProgress(tmp_path, stream=out, every_s=0.05)

@@ -73,6 +73,11 @@ def test_train_through_a_pipe_prints_every_phase_and_records_the_auto_precision(
     # metrics.jsonl has the warm-up steps (before RL's step 1), so curve.png shows them
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "sft/loss" in r] == [-3, -2, -1]
+    # each eval line shows the success that is logged, not the mean outcome (a partial score)
+    logged = {r["step"]: r["eval/success"] for r in records if "eval/success" in r}
+    for step, pattern in ((0, r"eval before RL:  episode 1/1  success="), (2, r"eval after step 2:  episode 1/1  success=")):
+        printed = float(having(pattern)[0].split("success=")[1].split()[0])
+        assert printed == pytest.approx(logged[step], abs=5e-4), (step, printed, logged)
     assert (out / "curve.png").stat().st_size > 0
 
 
