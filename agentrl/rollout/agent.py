@@ -102,6 +102,10 @@ class Progress:
         self.phase = phase
         self.last_progress = time.monotonic()
 
+    def waiting_s(self, now: float) -> float:
+        """Seconds spent waiting for the policy so far, the call in flight included."""
+        return self.generate_s + (now - self.last_progress if self.phase == "generate" else 0.0)
+
     def describe(self) -> str:
         action = self.last_action.replace("\n", " ")[:MAX_ACTION_ECHO]
         return (

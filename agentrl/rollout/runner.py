@@ -204,7 +204,8 @@ class Runner:
         self._runs[job.index] = run
         try:
             await run.start()  # a remote env's start has its own limit (env.ray_start_timeout_s)
-            return await asyncio.wait_for(run.run(), timeout=self.config.episode_timeout_s)
+            shared = bool(getattr(self.generator, "shared_batches", False))
+            return await _within_own_time(run.run(), run.progress, self.config.episode_timeout_s, shared)
         except TimeoutError:
             raise EpisodeError(
                 f"episode timeout after {self.config.episode_timeout_s:g}s ({self.timeout_setting}); "
@@ -396,6 +397,32 @@ class Runner:
         except RuntimeError:
             return asyncio.run(self.arun(tasks, **kwargs))
         raise RuntimeError("Runner.run() was called inside a running event loop; await Runner.arun() instead")
+
+
+async def _within_own_time(coro: Any, progress: Any, budget_s: float, shared_generator: bool) -> Any:
+    """Await ``coro``; TimeoutError once the episode's own time passes ``budget_s``.
+
+    With a ``shared_generator`` (an in-process engine that decodes the whole wave together, e.g.
+    ``hf``), own time is wall-clock time less the waits for it: on a loaded machine they stretch
+    every episode of the wave alike, and counting them timed out whole waves of healthy episodes.
+    Env and tool calls, the judge and the episode's own work always count, so a slow env still costs
+    only its own episode. With a remote server every request is the episode's own: wall-clock."""
+    task = asyncio.ensure_future(coro)
+    start = time.monotonic()
+    try:
+        while True:
+            now = time.monotonic()
+            left = budget_s - (now - start - (progress.waiting_s(now) if shared_generator else 0.0))
+            if left <= 0:
+                raise TimeoutError
+            done, _ = await asyncio.wait({task}, timeout=left)
+            if done:
+                return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 def _close_quietly(env: Any) -> None:

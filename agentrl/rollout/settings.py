@@ -49,7 +49,7 @@ class RolloutConfig:
     top_p: float = 1.0
     """Nucleus sampling threshold."""
     episode_timeout_s: float = 300.0
-    """Wall-clock budget of one episode."""
+    """Budget of one episode's own time: wall-clock, less its waits for an in-process generator that decodes the whole wave together (hf, vllm), so a loaded machine does not time out a whole wave; env and tool calls always count. With a remote server (openai), wall-clock."""
     watchdog_s: float = 120.0
     """An episode with no progress for this long is named, then cancelled."""
     folding: str = "none"

@@ -223,3 +223,49 @@ def test_run_stats_of_two_waves_merge_into_one():
     # without a batcher the idle shares are weighted by wall time
     c = RunStats(wall_s=10.0, generator_idle_share=0.5).merge(RunStats(wall_s=30.0, generator_idle_share=0.1))
     assert c.generator_idle_share == pytest.approx((0.5 * 10 + 0.1 * 30) / 40)
+
+
+def test_waiting_for_a_loaded_generator_does_not_count_against_the_episode_timeout(tokenizer):
+    """Every generation call takes 0.6 s (a generator shared by a busy wave); the three-turn lookup
+    episode waits 1.8 s for it, more than its 1 s budget, and still finishes: the budget counts the
+    episode's own time. An env that hangs past the budget (test above) still times out."""
+    import time
+
+    def slow(prompt, index):
+        time.sleep(0.6)
+        return lookup_script(prompt, index)
+
+    stats = RunStats()
+    (episode,) = run_episodes(
+        make_lookup_env, ["k3"], ScriptedGenerator(tokenizer, slow), tokenizer,
+        _config(episode_timeout_s=1.0, watchdog_s=60), stats=stats,
+    )  # fmt: skip
+    assert not episode.failed and episode.outcome == 1.0, episode.error
+    assert len(episode.segments[0].turns) == 3
+    from agentrl.rollout.generators.hf import HFGenerator
+    from agentrl.rollout.generators.openai import OpenAIGenerator
+
+    # in-process engines share their batches; a remote server's request is the episode's own
+    # (tests/eval/test_chat_agent.py: a hung server still ends its episode at the timeout)
+    assert ScriptedGenerator.shared_batches and HFGenerator.shared_batches
+    assert not OpenAIGenerator.shared_batches
+    assert episode.timings["generate_s"] >= 1.8 > 1.0  # waited longer than the whole budget
+
+
+def test_own_time_keeps_counting_between_generations(tokenizer):
+    """An env step slower than the budget fails even when generation is slow as well."""
+    import time
+
+    LookupEnv.faults = {"hang_on": "k5", "hang_s": 2}
+    LookupEnv.hangs_left["count"] = 1
+
+    def slow(prompt, index):
+        time.sleep(0.5)
+        return lookup_script(prompt, index)
+
+    (episode,) = run_episodes(
+        make_lookup_env, ["k5"], ScriptedGenerator(tokenizer, slow), tokenizer,
+        _config(episode_timeout_s=1.0, watchdog_s=60),
+    )  # fmt: skip
+    assert episode.failed and "episode timeout after 1s" in episode.error
+    assert episode.timings["env_s"] >= 0.95  # cut inside the env call, near 1 s of own time

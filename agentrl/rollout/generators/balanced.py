@@ -36,6 +36,7 @@ class BalancedGenerator(Generator):
         self.backends = list(backends)
         self.supports_entropy = all(b.supports_entropy for b in self.backends)
         self.supports_score = self.backends[0].supports_score
+        self.shared_batches = all(b.shared_batches for b in self.backends)
         self.max_batch_size = sum(b.max_batch_size for b in self.backends)
         self.outstanding = [0] * len(self.backends)  # requests in flight per backend
         self.served = [0] * len(self.backends)  # requests sent per backend (this run)

@@ -122,6 +122,10 @@ class Generator(ABC):
     supports_streaming: bool = False
     #: Whether ``generate`` honours ``SamplingParams.top_logprobs``.
     supports_top_logprobs: bool = False
+    #: Whether one in-process engine decodes every episode's requests together: an episode's wait
+    #: for it then measures the whole wave's load, not the episode, and ``rollout.episode_timeout_s``
+    #: does not count it. False for remote servers, whose requests are each an episode's own.
+    shared_batches: bool = False
 
     @abstractmethod
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:

@@ -203,6 +203,7 @@ class HFGenerator(Generator):
     """Generator over an in-process transformers causal LM (optionally the learner's live model)."""
 
     name = "hf"
+    shared_batches = True
     supports_entropy = True
     supports_score = True
     supports_row_seeds = True

@@ -18,6 +18,7 @@ class ScriptedGenerator(Generator):
     """Replies chosen by a function of the decoded prompt."""
 
     name = "scripted"
+    shared_batches = True
     supports_entropy = True
 
     def __init__(

@@ -32,6 +32,7 @@ class VLLMGenerator(Generator):
     """In-process vLLM engine (``vllm.LLM``)."""
 
     name = "vllm"
+    shared_batches = True
     supports_entropy = False
     supports_score = True
 
