@@ -228,8 +228,11 @@ class EpisodeRun:
             request["seed"] = derive_seed(self.sampling_seed, self._generate_calls)
         sampling = self.config.sampling(**request)
         self._generate_calls += 1
-        out = await self.policy.generate(prompt, sampling, observation)
-        self.progress.generate_s += time.perf_counter() - t0
+        try:
+            out = await self.policy.generate(prompt, sampling, observation)
+        finally:  # the wait is over: counted once in generate_s, no longer "in flight" (waiting_s)
+            self.progress.generate_s += time.perf_counter() - t0
+            self.progress.touch("between")
         self.progress.generated_tokens += len(out.ids)
         out.timings = {**out.timings, "wall_s": time.perf_counter() - t0}
         return out

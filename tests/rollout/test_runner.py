@@ -269,3 +269,15 @@ def test_own_time_keeps_counting_between_generations(tokenizer):
     )  # fmt: skip
     assert episode.failed and "episode timeout after 1s" in episode.error
     assert episode.timings["env_s"] >= 0.95  # cut inside the env call, near 1 s of own time
+
+
+def test_waiting_counts_the_call_in_flight_once():
+    from agentrl.rollout.agent import Progress
+
+    progress = Progress(env_id="e", episode_id="x", generate_s=1.0)
+    progress.touch("generate")
+    now = progress.last_progress + 2.0
+    assert progress.waiting_s(now) == pytest.approx(3.0)  # 1 s done before + 2 s in flight
+    progress.generate_s += 2.0  # the call returned: EpisodeRun adds it and leaves "generate"
+    progress.touch("between")
+    assert progress.waiting_s(progress.last_progress + 5.0) == pytest.approx(3.0)
