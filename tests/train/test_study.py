@@ -153,6 +153,21 @@ def test_context_metrics_measure_the_main_thread_branches_and_penalties():
 
 # --------------------------------------------------------------------------- end to end, with resume
 @pytest.mark.slow
+def test_max_runs_0_runs_the_first_warm_up_alone_and_reports_its_eval(tiny_model_dir, tmp_path):
+    """How a study's shared warm-up is checked before its arms are paid for (README: EMPG)."""
+    config = write_study(tmp_path, model=str(tiny_model_dir), seeds=[0, 1])
+    out = tmp_path / "study"
+    proc = agentrl("study", str(config), "--max-runs", "0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "stopped after 0 run(s)" in proc.stdout
+    warm = json.loads((out / "seed-0" / "warmup" / "summary.json").read_text())
+    assert len(warm["eval_tasks"]["before"]) == 3  # the held-out eval every arm would take
+    assert not (out / "seed-0" / "grpo").exists() and not (out / "seed-1").exists()
+    partial = json.loads((out / "results.json").read_text())
+    assert partial["complete"] is False and partial["runs_finished"] == 0
+
+
+@pytest.mark.slow
 def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tiny_model_dir, tmp_path):
     from agentrl.train.trainer import compare_evals
 
