@@ -3,7 +3,9 @@
 Per method x seed: held-out success before/after RL (the same ``eval_tasks`` tasks, greedy), tasks
 gained/lost, the paired exact sign test against the baseline arm of the same seed on the same tasks
 (:func:`agentrl.train.trainer.compare_evals`, pooled over seeds too), and the mechanism metrics the
-trainer logs per RL step, aggregated over the run (:data:`MECHANISMS`).
+trainer logs per RL step, aggregated over the run (:data:`MECHANISMS`). Beside success, the held-out
+means of each task's details (the reward, which gives partial credit, and the env's metrics: search's
+F1, WebShop's score), where the runs kept them (runs from before 2026-11-27 did not).
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
             "gained": s["gained"], "lost": s["lost"], "p_value": s["p_value"],
             "objective": s["objective"], "mechanisms": mechanisms(rl_records(run.out_dir)),
             "eval_failed": eval_failed(run.out_dir),
+            "held_out_means": s.get("held_out_means", {"before": {}, "after": {}}),  # outcome, f1, score...
             "same_start_as_baseline": None if base is None else base["eval_tasks"]["before"] == tasks["before"],
             "vs_baseline": None if base is None or run.method == study.baseline
             else _paired(base["eval_tasks"]["after"], tasks["after"]),
@@ -125,6 +128,10 @@ def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
             "success_before_mean": float(np.mean([r["success_before"] for r in rows])),
             "mechanisms": {k: float(np.mean([r["mechanisms"][k] for r in rows if k in r["mechanisms"]]))
                            for k in sorted({k for r in rows for k in r["mechanisms"]})},
+            # held-out means over seeds, for the details every seed kept (partial credit: outcome, f1, score)
+            "held_out_means": {when: {k: float(np.mean([r["held_out_means"][when][k] for r in rows]))
+                                      for k in set.intersection(*(set(r["held_out_means"][when]) for r in rows))}
+                               for when in ("before", "after")},
         }  # fmt: skip
         if method.name != study.baseline:
             pooled_base, pooled = {}, {}
@@ -148,6 +155,16 @@ def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
 
 def _fmt(value: Any, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+
+#: Held-out details shown in the report (partial credit beside success): the reward, search's F1, WebShop's score.
+HEADLINE_MEANS = ("outcome", "f1", "score")
+
+
+def _means(means: dict[str, dict[str, float]]) -> str:
+    """``outcome 0.31 → 0.35; f1 0.40 → 0.44`` for the headline details both evals kept, else –."""
+    keys = [k for k in HEADLINE_MEANS if k in means.get("before", {}) and k in means.get("after", {})]
+    return "; ".join(f"{k} {means['before'][k]:.3g} → {means['after'][k]:.3g}" for k in keys) or "–"
 
 
 def report_markdown(results: dict[str, Any]) -> str:
@@ -177,8 +194,8 @@ def report_markdown(results: dict[str, Any]) -> str:
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Runs", "",
-              "| method | seed | steps | before | after | gained / lost vs before (p) | vs baseline same seed: gained / lost (p) | same start | failed eval episodes (before, after) | grad-norm p50 / p90 / max | clip frac mean / max |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "| method | seed | steps | before | after | gained / lost vs before (p) | vs baseline same seed: gained / lost (p) | same start | failed eval episodes (before, after) | grad-norm p50 / p90 / max | clip frac mean / max | held-out means before → after |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in results["runs"]:
         vs, mech = r["vs_baseline"], r["mechanisms"]
         grad = "/".join(
@@ -190,7 +207,7 @@ def report_markdown(results: dict[str, Any]) -> str:
             f"{r['gained']} / {r['lost']} ({r['p_value']:.3g}) | "
             + ("–" if vs is None else f"{vs['gained']} / {vs['lost']} ({vs['p_value']:.3g})")
             + f" | {_fmt(r['same_start_as_baseline'])} | {', '.join(f'{x:.0f}' for x in r['eval_failed']) or '–'}"
-            + f" | {grad} | {clip} |"
+            + f" | {grad} | {clip} | {_means(r['held_out_means'])} |"
         )  # fmt: skip
     lines += ["", "Plots: `success.png` (held-out success per method, one point per seed), `reward.png` "
               "(training reward per step), `clipfrac.png`, `context.png` where logged.", ""]  # fmt: skip

@@ -334,7 +334,7 @@ def train(config: RunConfig) -> dict[str, Any]:
         logger.console.print(f"resumed from {resume_from} (step {start_step})")
     sync_generator(engine, generator)  # a separate generator (vLLM) gets the warmed-up or resumed weights
     if "eval_before" not in state:
-        state["eval_before"] = evaluate(0)
+        state["eval_before"], state["eval_before_details"] = evaluate(0)
 
     for step in range(start_step, train_cfg.steps):
         t_step = time.perf_counter()
@@ -398,7 +398,7 @@ def train(config: RunConfig) -> dict[str, Any]:
             sync_generator(engine, generator)
         metrics["perf/step_s"] = time.perf_counter() - t_step
         if train_cfg.eval_every and (step + 1) % train_cfg.eval_every == 0 and step + 1 < train_cfg.steps:
-            evaluate(step + 1)
+            evaluate(step + 1)  # logged; the summary compares the evals before and after RL
         logger.log(
             step + 1, metrics, echo=("env/reward", "loss/loss", "loss/entropy", "perf/step_s", "eval/success")
         )
@@ -407,10 +407,18 @@ def train(config: RunConfig) -> dict[str, Any]:
             save_checkpoint(out_dir, step + 1, engine, state)
 
     # no RL step ran (a study's warm-up run): the weights are the ones just evaluated
-    eval_after = evaluate(train_cfg.steps) if train_cfg.steps > 0 else state["eval_before"]
+    before_details = state.get("eval_before_details") or {}  # a checkpoint from before they were kept: none
+    if train_cfg.steps > 0:
+        eval_after, after_details = evaluate(train_cfg.steps)
+    else:
+        eval_after, after_details = state["eval_before"], before_details
+    common = dict.fromkeys(state["eval_before"].keys() & eval_after.keys())  # the tasks compare_evals pairs
     summary = {**compare_evals(state["eval_before"], eval_after),
                "steps": train_cfg.steps, "out_dir": str(out_dir), "objective": objective,
-               "eval_tasks": {"before": state["eval_before"], "after": eval_after}}  # per task: paired tests  # fmt: skip
+               "eval_tasks": {"before": state["eval_before"], "after": eval_after},  # per task: paired tests
+               "eval_details": {"before": before_details, "after": after_details},
+               "held_out_means": {"before": held_out_means(before_details, common),
+                                  "after": held_out_means(after_details, common)}}  # fmt: skip
     logger.table(
         "held-out success (same tasks before and after RL)",
         [(f"{summary['success_before']:.3f}", f"{summary['success_after']:.3f}", str(summary["eval_episodes"]),
@@ -429,23 +437,25 @@ def train(config: RunConfig) -> dict[str, Any]:
 
 def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: MetricsLogger,
                progress: RunProgress):  # fmt: skip
-    """``evaluate(step) -> {task_id: solved}`` on the first ``eval_episodes`` held-out tasks (same
-    ones every time); logs their mean as ``eval/success``: the share solved by the env's own
-    success metric (:attr:`agentrl.env.TextEnv.success_metric`, exact match for search), the same
-    definition as ``agentrl eval``'s success; failed episodes count as unsolved."""
+    """``evaluate(step) -> ({task_id: solved}, {task_id: details})`` on the first ``eval_episodes``
+    held-out tasks (same ones every time); logs their mean as ``eval/success``: the share solved by
+    the env's own success metric (:attr:`agentrl.env.TextEnv.success_metric`, exact match for search),
+    the same definition as ``agentrl eval``'s success; failed episodes count as unsolved. A task's
+    details are its outcome (the reward: partial credit) and the env's numeric metrics (search: em
+    and f1; WebShop: score); their means are logged as ``eval/outcome`` and ``eval/metric/<name>``."""
     from agentrl.env import solved, success_metric
     from agentrl.rollout.runner import task_id
 
     tasks = rollouts.eval_tasks[: config.train.eval_episodes]
     metric = success_metric(config.env.id)
 
-    def evaluate(step: int) -> dict[str, float]:
+    def evaluate(step: int) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
         if step == 0 and config.train.eval_before_from:
-            outcomes, record = shared_eval(config.train.eval_before_from, [task_id(t) for t in tasks])
+            outcomes, record, details = shared_eval(config.train.eval_before_from, [task_id(t) for t in tasks])
             logger.log(0, record, echo=("eval/success",))
             progress.line(f"eval before RL: taken from {config.train.eval_before_from} (train.eval_before_from): "
                           f"{len(outcomes)} tasks, success={record['eval/success']:.3g}")  # fmt: skip
-            return outcomes
+            return outcomes, details
         policy.eval()
         name = "eval before RL" if step == 0 else f"eval after step {step}"
         with progress.phase(name, len(tasks), unit="episode", per_step=False, key="eval") as phase:
@@ -454,11 +464,33 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
                                        on_episode=phase.on_episode(  # success, as logged below
                                            "success", lambda ep: solved(ep.metrics, ep.outcome, metric)))  # fmt: skip
         outcomes = {ep.task_id: 0.0 if ep.failed else solved(ep.metrics, ep.outcome, metric) for ep in episodes}
+        details = {ep.task_id: eval_details(ep) for ep in episodes}
+        means = held_out_means(details, outcomes)
         logger.log(step, {"eval/success": float(np.mean(list(outcomes.values()))) if outcomes else 0.0,
-                          "eval/failed": float(sum(ep.failed for ep in episodes))}, echo=("eval/success",))  # fmt: skip
-        return outcomes
+                          "eval/failed": float(sum(ep.failed for ep in episodes)),
+                          **{("eval/outcome" if k == "outcome" else f"eval/metric/{k}"): v for k, v in means.items()}},
+                   echo=("eval/success",))  # fmt: skip
+        return outcomes, details
 
     return evaluate
+
+
+def eval_details(episode: Episode) -> dict[str, float]:
+    """A held-out episode's outcome and numeric metrics (a failed episode: outcome 0, nothing else)."""
+    if episode.failed:
+        return {"outcome": 0.0}
+    numeric = {k: float(v) for k, v in (episode.metrics or {}).items() if isinstance(v, int | float)}
+    return {"outcome": float(episode.outcome), **numeric}
+
+
+def held_out_means(details: dict[str, dict[str, float]], tasks: dict[str, Any]) -> dict[str, float]:
+    """Mean of each detail over ``tasks`` (a task without it, e.g. a failed episode, counts 0);
+    empty when ``details`` lacks any of the tasks (a run from before details were kept)."""
+    ids = sorted(tasks)
+    if not ids or any(t not in details for t in ids):
+        return {}
+    keys = sorted({k for t in ids for k in details[t]})
+    return {k: float(np.mean([details[t].get(k, 0.0) for t in ids])) for k in keys}
 
 
 def _shared_summary(run_dir: str | Path) -> Path:
@@ -470,13 +502,17 @@ def _shared_summary(run_dir: str | Path) -> Path:
     return path
 
 
-def shared_eval(run_dir: str | Path, task_ids: list[str]) -> tuple[dict[str, float], dict[str, float]]:
-    """``(per-task outcomes, eval record)`` of a finished run's held-out eval before RL, for
-    ``train.eval_before_from``: restricted to ``task_ids`` (all of them must be there), with the
-    record's ``eval/success`` recomputed on those tasks and its ``eval/failed`` as logged."""
+def shared_eval(
+    run_dir: str | Path, task_ids: list[str]
+) -> tuple[dict[str, float], dict[str, float], dict[str, dict[str, float]]]:
+    """``(per-task outcomes, eval record, per-task details)`` of a finished run's held-out eval
+    before RL, for ``train.eval_before_from``: restricted to ``task_ids`` (all of them must be there),
+    with the record's ``eval/success`` and means recomputed on those tasks and its ``eval/failed`` as
+    logged. Details are empty for a run from before they were kept."""
     field = "train.eval_before_from"
     run_dir = Path(run_dir)
-    before = json.loads(_shared_summary(run_dir).read_text())["eval_tasks"]["before"]
+    summary = json.loads(_shared_summary(run_dir).read_text())
+    before = summary["eval_tasks"]["before"]
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     failed = next((r["eval/failed"] for r in records if r["step"] == 0 and "eval/failed" in r), float("nan"))
     missing = [t for t in task_ids if t not in before]
@@ -485,9 +521,13 @@ def shared_eval(run_dir: str | Path, task_ids: list[str]) -> tuple[dict[str, flo
                           f"{len(task_ids)} (missing e.g. {missing[0]!r})",
                           f"evaluate at least train.eval_episodes={len(task_ids)} tasks there, or leave it empty")  # fmt: skip
     outcomes = {t: float(before[t]) for t in task_ids}
+    kept = summary.get("eval_details", {}).get("before", {})
+    details = {t: kept[t] for t in task_ids} if all(t in kept for t in task_ids) else {}
+    means = held_out_means(details, outcomes)
     # eval/failed is the shared eval's own count (over its tasks): a failed episode is an unsolved one here too
     return outcomes, {"eval/success": float(np.mean(list(outcomes.values()))) if outcomes else 0.0,
-                      "eval/failed": failed}  # fmt: skip
+                      "eval/failed": failed,
+                      **{("eval/outcome" if k == "outcome" else f"eval/metric/{k}"): v for k, v in means.items()}}, details  # fmt: skip
 
 
 def compare_evals(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

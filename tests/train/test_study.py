@@ -212,6 +212,13 @@ def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tin
         log = (out / "seed-0" / method / "train.log").read_text()
         assert f"eval before RL: taken from {out / 'seed-0' / 'warmup'} (train.eval_before_from): 3 tasks" in log
         assert "eval before RL:  episode" not in log
+    # ... with its per-task details (partial credit beside success): the arms' "before" means are its own
+    assert set(warm["held_out_means"]["before"]) >= {"outcome", "em", "f1"}
+    for method in ("grpo", "igpo"):
+        assert summaries[method]["held_out_means"]["before"] == warm["held_out_means"]["before"]
+        assert runs[method]["held_out_means"] == summaries[method]["held_out_means"]
+    assert "held-out means before → after" in (out / "report.md").read_text()
+    assert "; f1 " in (out / "report.md").read_text()
     # ... which is the eval of the model the arms load: see the export round-trip test below
     # the paired test against the baseline is the trainer's sign test on the two arms' per-task outcomes
     expected = compare_evals(
@@ -269,6 +276,21 @@ def test_the_exported_warm_up_reloads_bit_for_bit_so_its_eval_is_every_arms_eval
     assert torch.equal(outs[0], outs[1])
 
 
+def test_held_out_details_and_their_means_by_hand():
+    from types import SimpleNamespace
+
+    from agentrl.train.trainer import eval_details, held_out_means
+
+    ok = SimpleNamespace(failed=False, outcome=0.5, metrics={"em": 0.0, "f1": 0.5, "note": "x"})
+    crashed = SimpleNamespace(failed=True, outcome=0.9, metrics={"em": 1.0})
+    assert eval_details(ok) == {"outcome": 0.5, "em": 0.0, "f1": 0.5}  # numbers only
+    assert eval_details(crashed) == {"outcome": 0.0}  # a failed episode earns nothing
+    details = {"a": eval_details(ok), "b": eval_details(crashed), "c": {"outcome": 1.0, "em": 1.0, "f1": 1.0}}
+    assert held_out_means(details, dict.fromkeys("abc")) == {"em": 1 / 3, "f1": 0.5, "outcome": 0.5}
+    assert held_out_means(details, dict.fromkeys("ac")) == {"em": 0.5, "f1": 0.75, "outcome": 0.75}
+    assert held_out_means(details, dict.fromkeys("ad")) == {}  # a task without details: no means at all
+
+
 def test_eval_before_from_refuses_a_run_that_is_not_finished_or_evaluated_fewer_tasks(tmp_path):
     from agentrl.train.trainer import shared_eval
 
@@ -277,8 +299,15 @@ def test_eval_before_from_refuses_a_run_that_is_not_finished_or_evaluated_fewer_
     assert err.value.field == "train.eval_before_from" and "no summary.json" in err.value.problem
     (tmp_path / "summary.json").write_text(json.dumps({"eval_tasks": {"before": {"a": 1.0, "b": 0.0, "c": 1.0}}}))
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 0, "eval/success": 2 / 3, "eval/failed": 1.0}) + "\n")
-    outcomes, record = shared_eval(tmp_path, ["c", "b"])  # a subset, in this run's order
+    outcomes, record, details = shared_eval(tmp_path, ["c", "b"])  # a subset, in this run's order
     assert outcomes == {"c": 1.0, "b": 0.0} and record == {"eval/success": 0.5, "eval/failed": 1.0}
+    assert details == {}  # a run from before per-task details were kept: no means, nothing made up
+    kept = {"a": {"outcome": 1.0, "f1": 1.0}, "b": {"outcome": 0.4, "f1": 0.5}, "c": {"outcome": 1.0, "f1": 0.9}}
+    (tmp_path / "summary.json").write_text(json.dumps(
+        {"eval_tasks": {"before": {"a": 1.0, "b": 0.0, "c": 1.0}}, "eval_details": {"before": kept}}))  # fmt: skip
+    outcomes, record, details = shared_eval(tmp_path, ["c", "b"])
+    assert details == {"c": kept["c"], "b": kept["b"]}
+    assert record["eval/outcome"] == pytest.approx(0.7) and record["eval/metric/f1"] == pytest.approx(0.7)
     with pytest.raises(ConfigError) as err:
         shared_eval(tmp_path, ["a", "d"])
     assert "missing e.g. 'd'" in err.value.problem and "train.eval_episodes=2" in err.value.fix

@@ -78,6 +78,11 @@ def test_train_through_a_pipe_prints_every_phase_and_records_the_auto_precision(
     for step, pattern in ((0, r"eval before RL:  episode 1/1  success="), (2, r"eval after step 2:  episode 1/1  success=")):
         printed = float(having(pattern)[0].split("success=")[1].split()[0])
         assert printed == pytest.approx(logged[step], abs=5e-4), (step, printed, logged)
+    # beside success, the held-out means of each task's reward and metrics, logged and summarised alike
+    means = {r["step"]: r["eval/outcome"] for r in records if "eval/outcome" in r}
+    assert summary["held_out_means"]["before"]["outcome"] == pytest.approx(means[0])
+    assert summary["held_out_means"]["after"]["outcome"] == pytest.approx(means[2])
+    assert set(summary["eval_details"]["after"]) == set(summary["eval_tasks"]["after"])
     assert (out / "curve.png").stat().st_size > 0
 
 
