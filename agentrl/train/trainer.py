@@ -297,10 +297,11 @@ def train(config: RunConfig) -> dict[str, Any]:
 
         t0 = time.perf_counter()
         wanted = min(train_cfg.sft_demos, len(rollouts.train_tasks))
+        metric = success_metric(config.env.id)
         with progress.phase("warm-up demonstrations", wanted, unit="episode", per_step=False) as phase:
             demos = rollouts.demonstrations(train_cfg.sft_demos, train_cfg.oracle, train_cfg.seed,
                                             on_episode=phase.on_episode("success", lambda ep: solved(
-                                                ep.metrics, ep.outcome, success_metric(config.env.id))))  # fmt: skip
+                                                ep.metrics, ep.outcome, metric)))  # fmt: skip
         logger.console.print(f"warm-up: {sum(not d.failed and d.outcome > 0 for d in demos)} demonstrations, "
                              f"NLL at temperature {train_cfg.sft_temperature:g} (train.sft_temperature)")  # fmt: skip
         sft_steps = train_cfg.sft_warmup_steps
@@ -468,8 +469,7 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
         means = held_out_means(details, outcomes)
         logger.log(step, {"eval/success": float(np.mean(list(outcomes.values()))) if outcomes else 0.0,
                           "eval/failed": float(sum(ep.failed for ep in episodes)),
-                          **{("eval/outcome" if k == "outcome" else f"eval/metric/{k}"): v for k, v in means.items()}},
-                   echo=("eval/success",))  # fmt: skip
+                          **_means_record(means)}, echo=("eval/success",))  # fmt: skip
         return outcomes, details
 
     return evaluate
@@ -491,6 +491,11 @@ def held_out_means(details: dict[str, dict[str, float]], tasks: dict[str, Any]) 
         return {}
     keys = sorted({k for t in ids for k in details[t]})
     return {k: float(np.mean([details[t].get(k, 0.0) for t in ids])) for k in keys}
+
+
+def _means_record(means: dict[str, float]) -> dict[str, float]:
+    """Held-out means as metrics.jsonl keys: ``eval/outcome`` and ``eval/metric/<name>``."""
+    return {("eval/outcome" if k == "outcome" else f"eval/metric/{k}"): v for k, v in means.items()}
 
 
 def _shared_summary(run_dir: str | Path) -> Path:
@@ -527,7 +532,7 @@ def shared_eval(
     # eval/failed is the shared eval's own count (over its tasks): a failed episode is an unsolved one here too
     return outcomes, {"eval/success": float(np.mean(list(outcomes.values()))) if outcomes else 0.0,
                       "eval/failed": failed,
-                      **{("eval/outcome" if k == "outcome" else f"eval/metric/{k}"): v for k, v in means.items()}}, details  # fmt: skip
+                      **_means_record(means)}, details  # fmt: skip
 
 
 def compare_evals(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
