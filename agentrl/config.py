@@ -233,6 +233,10 @@ class TrainConfig:
     """Demonstrations per warm-up step."""
     oracle: str = ""
     """Scripted oracle "module:Class" for the warm-up demonstrations (e.g. agentrl.envs.search.oracle:SearchOracle)."""
+    sft_fold_share: float = 0.0
+    """Share of the warm-up demonstrations played with rollout.folding=branch by train.fold_oracle (an oracle that uses branch/return); the rest are played with this run's own rollout settings by train.oracle. One warm-up then shows the model both ways of working, each under its own system prompt (the folding prompt documents branch/return), so a ReAct arm and a folding arm can start from the same checkpoint. 0: none."""
+    fold_oracle: str = ""
+    """With sft_fold_share > 0: the folding oracle "module:Class" (e.g. agentrl.envs.search.oracle:FoldingSearchOracle)."""
     eval_temperature: float = 0.0
     """Sampling temperature of held-out evaluation (0 = greedy)."""
     num_threads: int = 0
@@ -284,6 +288,13 @@ class TrainConfig:
                 "the SFT warm-up needs a scripted oracle",
                 "set train.oracle=module:Class (e.g. agentrl.envs.search.oracle:SearchOracle) or sft_warmup_steps=0",
             )
+        if not 0.0 <= self.sft_fold_share <= 1.0:
+            raise ConfigError(f"{prefix}.sft_fold_share", f"must be in [0, 1], got {self.sft_fold_share}",
+                              "use the share of warm-up demonstrations to play with branch/return folding")  # fmt: skip
+        if self.sft_fold_share > 0 and ":" not in self.fold_oracle:
+            raise ConfigError(f"{prefix}.fold_oracle", f"sft_fold_share={self.sft_fold_share} needs a folding oracle",
+                              "set train.fold_oracle=module:Class (e.g. agentrl.envs.search.oracle:FoldingSearchOracle) "
+                              "or sft_fold_share=0")  # fmt: skip
         if self.ppo_epochs < 1:
             raise ConfigError(f"{prefix}.ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
         if self.sft_temperature is not None and not self.sft_temperature > 0:

@@ -44,6 +44,8 @@ def test_a_mapping_given_to_a_field_replaces_it_a_section_mapping_merges(tmp_pat
         ("algo.ratio=chunk", "algo.ratio", "use one of: token, turn, sequence"),
         ("rollout.backend=openai", "rollout.base_url", "set rollout.base_url=http://HOST:PORT/v1"),
         ("env.id=agentrl/Nope-v0", "env.id", None),
+        ("train.sft_fold_share=1.5", "train.sft_fold_share", "must be in [0, 1]"),
+        ("train.sft_fold_share=0.5", "train.fold_oracle", "FoldingSearchOracle"),
     ],
 )
 def test_bad_values_name_the_field_and_the_fix(override, field, fix):

@@ -14,13 +14,15 @@ from rich.console import Console
 from rich.table import Table
 
 
-def context_metrics(episodes: list[Any]) -> dict[str, float]:
+def context_metrics(episodes: list[Any], folding: str = "none") -> dict[str, float]:
     """Working-context size and folding activity per finished episode (means).
 
     ``ctx/main_tokens``: tokens of the main thread (segment ``fold_id`` 0: prompt, outputs,
     observations) at the episode's end; ``ctx/peak_tokens``: the largest single context (segment)
     the policy saw; with folding ``fold/branches`` (branch segments), ``fold/summaries``, and the
     FoldGRPO process rewards ``fold/process_penalty`` (sum of Q) and ``fold/penalised_tokens``.
+    With ``folding`` (``rollout.folding``) other than none the fold counts are logged even when no
+    episode folded (0: the policy never branched), so a reader sees that, not a missing value.
     """
     done = [ep for ep in episodes if not ep.failed]
     if not done:
@@ -36,7 +38,7 @@ def context_metrics(episodes: list[Any]) -> dict[str, float]:
         ),
         "ctx/peak_tokens": mean([max(n, default=0) for n in lengths]),
     }
-    if any(len(ep.segments) > 1 for ep in done):
+    if folding != "none" or any(len(ep.segments) > 1 for ep in done):
         out["fold/branches"] = mean([sum(s.kind == "branch" for s in ep.segments) for ep in done])
         out["fold/summaries"] = mean([sum(s.kind == "summary" for s in ep.segments) for ep in done])
     qs = [[q for t in ep.turns for q in (t.process_reward or ())] for ep in done]

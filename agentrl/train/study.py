@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from agentrl.config import RunConfig, load_config, parse_overrides
+from agentrl.config import RunConfig, load_config, parse_overrides, to_dict
 from agentrl.errors import AgentRLError, ConfigError
 
 # run fields the study itself sets; a method or common override may not touch them
@@ -54,7 +54,8 @@ STUDY_SET = {
 }
 # a method may not change the warm-up: every arm starts from the one checkpoint
 ARM_ONLY_SET = {f"train.{k}": "the warm-up is shared: set it in the study's overrides"
-                for k in ("sft_warmup_steps", "sft_lr", "sft_temperature", "sft_demos", "sft_batch_size", "oracle")}  # fmt: skip
+                for k in ("sft_warmup_steps", "sft_lr", "sft_temperature", "sft_demos", "sft_batch_size", "oracle",
+                          "sft_fold_share", "fold_oracle")}  # fmt: skip
 KEYS = ("name", "base", "overrides", "methods", "baseline", "seeds", "episodes", "eval_tasks", "out_dir")
 
 
@@ -247,6 +248,53 @@ def plan(study: StudyConfig) -> list[Run]:
     return runs
 
 
+_MISSING = object()
+
+
+def _leaf(tree: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return _MISSING
+        tree = tree[part]
+    return tree
+
+
+def changed_settings(study: StudyConfig, run: Run) -> list[str]:
+    """What a finished run ran with that the study's plan now sets otherwise (its explicit overrides,
+    compared with the run's ``resolved_config.yaml``): a study YAML edited after a run finished.
+    Left out: ``train.eval_before_from`` (where the eval before RL came from, not what it was) and a
+    warm-up's ``train.eval_episodes`` (a warm-up that evaluated fewer tasks leaves its arms to evaluate
+    themselves, :meth:`StudyConfig.arm`). A field the run's code did not have yet counts as its default."""
+    resolved_path = run.out_dir / "resolved_config.yaml"
+    if not resolved_path.exists():
+        return []
+    resolved = yaml.safe_load(resolved_path.read_text()) or {}
+    planned, defaults = to_dict(_run_config(study, run, "study")), to_dict(RunConfig())
+    changes = []
+    for item in run.overrides:
+        key = item.partition("=")[0].strip()
+        if key == "train.eval_before_from" or (key == "train.eval_episodes" and run.method is None):
+            continue
+        want, have = _leaf(planned, key), _leaf(resolved, key)
+        if have is _MISSING:
+            have = _leaf(defaults, key)
+        if want is not _MISSING and want != have:
+            changes.append(f"{key}: ran with {have!r}, the study now sets {want!r}")
+    return changes
+
+
+def check_finished(study: StudyConfig, runs: list[Run]) -> None:
+    """Fail before anything runs if a finished run (kept by a re-run) no longer matches the study."""
+    stale = {run: changed_settings(study, run) for run in runs if run.finished}
+    stale = {run: changes for run, changes in stale.items() if changes}
+    if stale:
+        lines = "; ".join(f"{run.label} ({run.out_dir}): {', '.join(c)}" for run, c in stale.items())
+        raise ConfigError(
+            "study", f"finished runs were made with other settings than the study now gives them: {lines}",
+            "delete those run folders to re-run them with the new settings, or set a new out_dir",
+        )  # fmt: skip
+
+
 def run_one(study: StudyConfig, run: Run) -> None:
     """``agentrl train BASE OVERRIDES`` in a subprocess (its progress lines pass through)."""
     cmd = [sys.executable, "-m", "agentrl.cli", "train", str(study.base), *run.overrides]
@@ -261,11 +309,13 @@ def run_one(study: StudyConfig, run: Run) -> None:
 
 
 def run_study(study: StudyConfig, *, max_runs: int | None = None) -> dict[str, Any]:
-    """Run what is not finished (at most ``max_runs`` arms this sitting), then write the results."""
+    """Run what is not finished (at most ``max_runs`` arms this sitting), then write the results; finished
+    runs whose settings the study now changes fail it first (:func:`check_finished`)."""
     from agentrl.train.progress import RunProgress
     from agentrl.train.study_report import write_results
 
     runs = plan(study)
+    check_finished(study, runs)
     study.out_dir.mkdir(parents=True, exist_ok=True)
     (study.out_dir / "study.yaml").write_text(yaml.safe_dump(_describe(study, runs), sort_keys=False))
     progress = RunProgress(study.out_dir, append=True)  # study.out_dir/train.log: the study's own lines
@@ -313,6 +363,7 @@ def main(config_path: str, overrides: list[str] | None = None, *, max_runs: int 
     console = Console(stderr=True)
     try:
         study = load_study(config_path, list(overrides or []))
+        check_finished(study, plan(study))
     except ConfigError as exc:
         console.print(f"[red]study config error:[/red] {exc}")
         return 2
@@ -325,4 +376,4 @@ def main(config_path: str, overrides: list[str] | None = None, *, max_runs: int 
     return 0
 
 
-__all__ = ["Method", "Run", "StudyConfig", "load_study", "main", "plan", "run_study"]
+__all__ = ["Method", "Run", "StudyConfig", "changed_settings", "check_finished", "load_study", "main", "plan", "run_study"]

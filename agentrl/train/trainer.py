@@ -203,17 +203,26 @@ class Rollouts:
         )  # fmt: skip
         return episodes, stats
 
-    def demonstrations(self, count: int, oracle: str, seed: int, on_episode: Any = None) -> list[Episode]:
+    def demonstrations(self, count: int, seed: int, on_episode: Any = None) -> tuple[list[Episode], int]:
+        """The warm-up's oracle demonstrations on ``count`` sampled training tasks, and how many of them
+        were played with branch/return folding (the first ``train.sft_fold_share`` of the tasks)."""
         from agentrl.registry import load_entry_point
         from agentrl.rollout.runner import run_oracle_episodes
 
-        oracle_cls = load_entry_point(oracle, field="train.oracle")
+        train = self.config.train
         tasks = random.Random(seed).sample(self.train_tasks, min(count, len(self.train_tasks)))
+        n_fold = round(train.sft_fold_share * len(tasks))
         # the oracle's text is not sampled, so the per-turn token budget must not cut it
         rollout = self.config.rollout
         settings = dataclasses.replace(rollout, max_new_tokens=max(rollout.max_new_tokens, 512), group_size=1)
-        return run_oracle_episodes(self.episode_env, tasks, oracle_cls, self.tokenizer, settings, seed=seed,
-                                   on_episode=on_episode, **self.run_options)  # fmt: skip
+        episodes: list[Episode] = []
+        for part, field, how in ((tasks[:n_fold], "train.fold_oracle", dataclasses.replace(settings, folding="branch")),
+                                 (tasks[n_fold:], "train.oracle", settings)):  # fmt: skip
+            if part:
+                oracle_cls = load_entry_point(getattr(train, field.split(".")[1]), field=field)
+                episodes += run_oracle_episodes(self.episode_env, part, oracle_cls, self.tokenizer, how, seed=seed,
+                                                on_episode=on_episode, **self.run_options)  # fmt: skip
+        return episodes, n_fold
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
@@ -299,10 +308,12 @@ def train(config: RunConfig) -> dict[str, Any]:
         wanted = min(train_cfg.sft_demos, len(rollouts.train_tasks))
         metric = success_metric(config.env.id)
         with progress.phase("warm-up demonstrations", wanted, unit="episode", per_step=False) as phase:
-            demos = rollouts.demonstrations(train_cfg.sft_demos, train_cfg.oracle, train_cfg.seed,
-                                            on_episode=phase.on_episode("success", lambda ep: solved(
-                                                ep.metrics, ep.outcome, metric)))  # fmt: skip
-        logger.console.print(f"warm-up: {sum(not d.failed and d.outcome > 0 for d in demos)} demonstrations, "
+            demos, n_fold = rollouts.demonstrations(train_cfg.sft_demos, train_cfg.seed,
+                                                    on_episode=phase.on_episode("success", lambda ep: solved(
+                                                        ep.metrics, ep.outcome, metric)))  # fmt: skip
+        usable = [not d.failed and d.outcome > 0 for d in demos]
+        folded = f" ({sum(usable[:n_fold])} of them folded, train.sft_fold_share)" if n_fold else ""
+        logger.console.print(f"warm-up: {sum(usable)} demonstrations{folded}, "
                              f"NLL at temperature {train_cfg.sft_temperature:g} (train.sft_temperature)")  # fmt: skip
         sft_steps = train_cfg.sft_warmup_steps
         with progress.phase("warm-up", sft_steps) as phase:
@@ -360,8 +371,8 @@ def train(config: RunConfig) -> dict[str, Any]:
             (out_dir / "episodes").mkdir(parents=True, exist_ok=True)
             write_jsonl(episodes, out_dir / "episodes" / f"step-{step + 1:06d}.jsonl")
         rollout_s = time.perf_counter() - t0
-        metrics = {**episode_metrics(episodes), **context_metrics(episodes), **rollout_stats.as_metrics(),
-                   "perf/rollout_s": rollout_s}  # fmt: skip
+        metrics = {**episode_metrics(episodes), **context_metrics(episodes, config.rollout.folding),
+                   **rollout_stats.as_metrics(), "perf/rollout_s": rollout_s}  # fmt: skip
         metrics |= filter_stats
         if kept:
             # 2. behaviour (+ reference) log-probs, advantages; 3. PPO epochs

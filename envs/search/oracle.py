@@ -79,18 +79,63 @@ class SearchOracle:
             self.state = "read"
             return tool_call("open", doc_id=doc_id)
         # state "read": the observation is the page of self.name
-        relation = self.relations[self.hop]
-        label, linked_kind = RELATIONS[relation]
-        found = re.search(rf"^{re.escape(label)}: (.+)$", observation, re.MULTILINE)
-        if found is None:
+        value = self._read(observation)
+        if value is None:
             return "<answer>unknown</answer>"
-        value = found.group(1).strip()
-        self.hop += 1
         if self.hop == len(self.relations):
             return f"<answer>{value}</answer>"
-        assert linked_kind is not None  # only link relations lead to another hop
-        self.name, self.kind, self.tries, self.state = value, linked_kind, 0, "search"
         return self.act(observation, info)
+
+    def _read(self, observation: str) -> str | None:
+        """The current hop's value from its page (None: not there); moves on to the next hop."""
+        label, linked_kind = RELATIONS[self.relations[self.hop]]
+        found = re.search(rf"^{re.escape(label)}: (.+)$", observation, re.MULTILINE)
+        if found is None:
+            return None
+        value = found.group(1).strip()
+        self.hop += 1
+        if self.hop < len(self.relations):
+            assert linked_kind is not None  # only link relations lead to another hop
+            self.name, self.kind, self.tries, self.state = value, linked_kind, 0, "search"
+        return value
+
+
+class FoldingSearchOracle(SearchOracle):
+    """:class:`SearchOracle` that works each hop in a FoldGRPO branch (``rollout.folding=branch``).
+
+    Main thread: one ``branch`` call per hop, then the answer. In the branch: search, open, then
+    ``return`` with the fact found, so only that line comes back to the main thread. The warm-up
+    uses it for demonstrations of folding (``train.sft_fold_share``).
+    """
+
+    def reset(self, task: Task) -> None:
+        super().reset(task)
+        self.in_branch = False
+        self.value: str | None = None
+
+    def act(self, observation: str, info: dict[str, Any] | None = None) -> str:
+        if self.task is None:
+            raise RuntimeError("call reset(task) before act()")
+        if not self.in_branch:
+            if self.hop == len(self.relations) or (self.hop > 0 and self.value is None):
+                return f"<answer>{self.value or 'unknown'}</answer>"
+            self.in_branch = True
+            label = RELATIONS[self.relations[self.hop]][0].lower()
+            return tool_call("branch", description=f"find the {label} of {self.name}",
+                             prompt=f"Search for {self.name}, open its page and return its {label}.")  # fmt: skip
+        if self.state == "read":
+            label = RELATIONS[self.relations[self.hop]][0].lower()
+            name, self.value = self.name, self._read(observation)
+            self.in_branch = False
+            if self.value is None:
+                self.hop += 1  # give up: the main thread answers unknown
+                return tool_call("return", message=f"The {label} of {name} is not on its page.")
+            return tool_call("return", message=f"The {label} of {name} is {self.value}.")
+        action = super().act(observation, info)  # search / pick
+        if action.startswith("<answer>"):  # no page found: hand that back instead of answering here
+            self.in_branch, self.value, self.hop = False, None, self.hop + 1
+            return tool_call("return", message=f"No page found for {self.name}.")
+        return action
 
 
 def run_oracle(

@@ -68,6 +68,8 @@ def test_plan_gives_every_arm_the_same_seed_tasks_budget_and_warm_up(tmp_path):
         ({"methods": {"grpo": {}, "x": {"algo.kl_coeff": 1}}}, "study.methods.x: algo.kl_coeff", "did you mean"),
         ({"methods": {"grpo": {}, "x": {"train.steps": 9}}}, "study.methods.x: train.steps", "episodes"),
         ({"methods": {"grpo": {}, "x": {"train.sft_lr": 1.0}}}, "study.methods.x: train.sft_lr", "warm-up is shared"),
+        ({"methods": {"grpo": {}, "x": {"train.sft_fold_share": 0.5}}}, "study.methods.x: train.sft_fold_share",
+         "warm-up is shared"),
         ({"episodes": 5}, "study.episodes", "multiple of 2"),
         ({"baseline": "ppo"}, "study.baseline", "grpo, igpo"),
         ({"seeds": []}, "study.seeds", "[0, 1, 2]"),
@@ -149,6 +151,9 @@ def test_context_metrics_measure_the_main_thread_branches_and_penalties():
     assert m["fold/process_penalty"] == pytest.approx(-2.2 / 2)
     assert m["fold/penalised_tokens"] == 1.5
     assert set(context_metrics([react])) == {"ctx/main_tokens", "ctx/peak_tokens"}
+    # a folding run whose policy never branched logs 0 branches (not nothing)
+    never = context_metrics([react], folding="branch")
+    assert (never["fold/branches"], never["fold/summaries"]) == (0.0, 0.0)
 
 
 # --------------------------------------------------------------------------- end to end, with resume
@@ -165,6 +170,21 @@ def test_max_runs_0_runs_the_first_warm_up_alone_and_reports_its_eval(tiny_model
     assert not (out / "seed-0" / "grpo").exists() and not (out / "seed-1").exists()
     partial = json.loads((out / "results.json").read_text())
     assert partial["complete"] is False and partial["runs_finished"] == 0
+    # a method added later runs from the same finished warm-up (how the multi-hop study got its EMPG arm)
+    more = {"grpo": {}, "igpo": {"algo.advantage": "igpo"}, "empg": {"algo.advantage": "empg"}}
+    added = agentrl("study", str(write_study(tmp_path, model=str(tiny_model_dir), seeds=[0, 1], methods=more)),
+                    "--max-runs", "0")  # fmt: skip
+    assert added.returncode == 0, added.stderr[-3000:]
+    assert "study: seed 0 warm-up: finished, skipped" in added.stdout
+    # the warm-up's settings changed in the study YAML: the finished warm-up is not silently kept
+    changed = write_study(tmp_path, model=str(tiny_model_dir), seeds=[0, 1],
+                          overrides={"model.name": str(tiny_model_dir), **SMALL, "train.sft_warmup_steps": 2})  # fmt: skip
+    stale = agentrl("study", str(changed))
+    assert stale.returncode == 2
+    message = " ".join(stale.stderr.split())
+    assert "seed 0 warm-up (" in message and "train.sft_warmup_steps: ran with 1, the study now sets 2" in message
+    assert "delete those run folders" in message and "new out_dir" in message
+    assert not (out / "seed-0" / "grpo").exists()  # nothing ran
 
 
 @pytest.mark.slow

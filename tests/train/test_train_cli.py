@@ -119,3 +119,22 @@ def test_the_quickstart_config_runs_end_to_end(bf16, tmp_path):
     assert [r["step"] for r in records if "sft/loss" in r] == [-1]
     assert any("perf/step_s" in r and r["step"] == 1 for r in records)
     assert "held-out success before RL:" in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_warm_up_can_demonstrate_folding_beside_react(tiny_model_dir, tmp_path):
+    """`train.sft_fold_share`: half the demonstrations are played with branch/return by the folding
+    oracle (under the folding system prompt), half as ReAct; the warm-up trains on both."""
+    out = tmp_path / "run"
+    proc = agentrl_train(str(QUICKSTART), f"model.name={tiny_model_dir}", *SHORT, "train.steps=0",
+                         "train.num_threads=1", "env.id=agentrl/SearchMultiHop-v0", "env.kwargs.hops=multi",
+                         "env.max_turns=10", "train.sft_demos=4", "train.sft_batch_size=4", "train.sft_warmup_steps=2",
+                         "train.sft_fold_share=0.5", "train.fold_oracle=agentrl.envs.search.oracle:FoldingSearchOracle",
+                         f"train.out_dir={out}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "warm-up demonstrations:  episode 4/4  success=" in proc.stdout
+    found = re.search(r"warm-up: (\d) demonstrations \((\d) of them folded, train\.sft_fold_share\)", proc.stdout)
+    assert found and int(found.group(2)) == 2 and int(found.group(1)) >= 2, proc.stdout  # 3-hop ReAct may not fit
+    assert re.search(r"warm-up:  step 2/2  loss=[\d.]+  done in", proc.stdout)
+    resolved = yaml.safe_load((out / "resolved_config.yaml").read_text())["train"]
+    assert (resolved["sft_fold_share"], resolved["fold_oracle"]) == (0.5, "agentrl.envs.search.oracle:FoldingSearchOracle")
