@@ -216,10 +216,11 @@ class Rollouts:
         rollout = self.config.rollout
         settings = dataclasses.replace(rollout, max_new_tokens=max(rollout.max_new_tokens, 512), group_size=1)
         episodes: list[Episode] = []
-        for part, field, how in ((tasks[:n_fold], "train.fold_oracle", dataclasses.replace(settings, folding="branch")),
-                                 (tasks[n_fold:], "train.oracle", settings)):  # fmt: skip
+        folded = dataclasses.replace(settings, folding="branch")
+        for part, oracle, field, how in ((tasks[:n_fold], train.fold_oracle, "train.fold_oracle", folded),
+                                         (tasks[n_fold:], train.oracle, "train.oracle", settings)):  # fmt: skip
             if part:
-                oracle_cls = load_entry_point(getattr(train, field.split(".")[1]), field=field)
+                oracle_cls = load_entry_point(oracle, field=field)
                 episodes += run_oracle_episodes(self.episode_env, part, oracle_cls, self.tokenizer, how, seed=seed,
                                                 on_episode=on_episode, **self.run_options)  # fmt: skip
         return episodes, n_fold
