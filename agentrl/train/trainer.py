@@ -226,6 +226,22 @@ class Rollouts:
         return episodes, n_fold
 
 
+def warn_long_turns(demos: list[Episode], budget: int, logger: Any) -> int:
+    """Say so when demonstrations hold turns longer than the policy's per-turn budget
+    (``rollout.max_new_tokens``; the oracle's own budget is larger): the warm-up teaches those turns,
+    but the policy is cut off before it can finish one. Logged as ``sft/demos_over_budget``."""
+    lengths = [max((len(t.output_ids) for s in d.segments for t in s.turns), default=0) for d in demos]
+    over = [n for n in lengths if n > budget]
+    logger.log(0, {"sft/demos_over_budget": float(len(over))})
+    if over:
+        logger.console.print(
+            f"warm-up: {len(over)} of {len(demos)} demonstrations have a turn longer than rollout.max_new_tokens="
+            f"{budget} (longest {max(over)} tokens); the policy is cut off before it can finish such a turn: "
+            "raise rollout.max_new_tokens or shorten the oracle's actions"
+        )  # fmt: skip
+    return len(over)
+
+
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     done = [ep for ep in episodes if not ep.failed]
     if not done:
@@ -316,6 +332,8 @@ def train(config: RunConfig) -> dict[str, Any]:
         folded = f" ({sum(usable[:n_fold])} of them folded, train.sft_fold_share)" if n_fold else ""
         logger.console.print(f"warm-up: {sum(usable)} demonstrations{folded}, "
                              f"NLL at temperature {train_cfg.sft_temperature:g} (train.sft_temperature)")  # fmt: skip
+        warn_long_turns([d for d, ok in zip(demos, usable, strict=True) if ok], config.rollout.max_new_tokens,
+                        logger)  # fmt: skip
         sft_steps = train_cfg.sft_warmup_steps
         with progress.phase("warm-up", sft_steps) as phase:
             # warm-up steps are logged at steps -sft_steps .. -1 (RL starts at 1), so curve.png shows them

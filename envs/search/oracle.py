@@ -121,20 +121,20 @@ class FoldingSearchOracle(SearchOracle):
                 return f"<answer>{self.value or 'unknown'}</answer>"
             self.in_branch = True
             label = RELATIONS[self.relations[self.hop]][0].lower()
-            return tool_call("branch", description=f"find the {label} of {self.name}",
-                             prompt=f"Search for {self.name}, open its page and return its {label}.")  # fmt: skip
+            # short calls: a demonstrated turn must fit the policy's per-turn budget (rollout.max_new_tokens)
+            return tool_call("branch", description=label, prompt=f"Find the {label} of {self.name}.")
         if self.state == "read":
-            label = RELATIONS[self.relations[self.hop]][0].lower()
+            label = RELATIONS[self.relations[self.hop]][0]
             name, self.value = self.name, self._read(observation)
             self.in_branch = False
             if self.value is None:
                 self.hop += 1  # give up: the main thread answers unknown
-                return tool_call("return", message=f"The {label} of {name} is not on its page.")
-            return tool_call("return", message=f"The {label} of {name} is {self.value}.")
+                return tool_call("return", message=f"{label} of {name}: not found")
+            return tool_call("return", message=f"{label} of {name}: {self.value}")
         action = super().act(observation, info)  # search / pick
         if action.startswith("<answer>"):  # no page found: hand that back instead of answering here
             self.in_branch, self.value, self.hop = False, None, self.hop + 1
-            return tool_call("return", message=f"No page found for {self.name}.")
+            return tool_call("return", message=f"{self.name}: no page found")
         return action
 
 

@@ -48,7 +48,7 @@ def test_each_hop_is_worked_in_a_branch_and_only_its_fact_comes_back():
         main = tokenizer.decode(ep.segments[0].token_ids()).split("<|im_start|>assistant", 1)[1]  # after the prompt
         # the main thread: one branch call per hop and the answer; no search result or page in it
         assert [c["name"] for c in _calls(main)].count("branch") == hops
-        assert "search" not in [c["name"] for c in _calls(main)] and "Branch result: The " in main
+        assert "search" not in [c["name"] for c in _calls(main)] and "Branch result: " in main
         assert f"<answer>{ep.answer}</answer>" in main
         for branch in ep.segments[1:]:
             own = tokenizer.decode(branch.token_ids()).split("You are now in a branch", 1)[1]  # after the main history
@@ -67,6 +67,16 @@ def test_folding_keeps_the_main_thread_short_where_react_runs_out_of_context():
     assert sum(ep.outcome for ep in react) < 40 and any(ep.truncated for ep in react)
     assert max(main) < 700 < min(r for r, ep in zip(react_len, react, strict=True) if ep.truncated)
     assert sum(main) < sum(react_len) / 2
+
+
+def test_every_folded_turn_fits_the_folding_studys_turn_budget():
+    """A demonstrated turn the policy cannot finish is a turn it never learns to take: the branch and
+    return calls are kept short (measured: the first version's branch calls, 53 tokens and more, were
+    cut at the quickstart's 48 and failed as unclosed tool calls)."""
+    budget = 64  # folding_vs_react.yaml's rollout.max_new_tokens
+    folded = _play(FoldingSearchOracle, "branch", _tasks(40))
+    longest = max(len(t.output_ids) for ep in folded for s in ep.segments for t in s.turns)
+    assert longest <= budget
 
 
 def test_folded_demonstrations_become_one_warm_up_row_per_thread():

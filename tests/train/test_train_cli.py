@@ -136,5 +136,10 @@ def test_a_warm_up_can_demonstrate_folding_beside_react(tiny_model_dir, tmp_path
     found = re.search(r"warm-up: (\d) demonstrations \((\d) of them folded, train\.sft_fold_share\)", proc.stdout)
     assert found and int(found.group(2)) == 2 and int(found.group(1)) >= 2, proc.stdout  # 3-hop ReAct may not fit
     assert re.search(r"warm-up:  step 2/2  loss=[\d.]+  done in", proc.stdout)
+    # SHORT's 16-token turns are shorter than any tool call: every demonstration is over the budget
+    assert re.search(r"warm-up: (\d) of \1 demonstrations have a turn longer than rollout\.max_new_tokens=16 "
+                     r"\(longest \d+ tokens\)", proc.stdout), proc.stdout  # fmt: skip
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["sft/demos_over_budget"] for r in records if "sft/demos_over_budget" in r] == [float(found.group(1))]
     resolved = yaml.safe_load((out / "resolved_config.yaml").read_text())["train"]
     assert (resolved["sft_fold_share"], resolved["fold_oracle"]) == (0.5, "agentrl.envs.search.oracle:FoldingSearchOracle")
