@@ -363,12 +363,14 @@ def main(config_path: str, overrides: list[str] | None = None, *, max_runs: int 
     console = Console(stderr=True)
     try:
         study = load_study(config_path, list(overrides or []))
-        check_finished(study, plan(study))
     except ConfigError as exc:
         console.print(f"[red]study config error:[/red] {exc}")
         return 2
     try:
         results = run_study(study, max_runs=max_runs)
+    except ConfigError as exc:  # finished runs the study now sets otherwise (check_finished), before any run
+        console.print(f"[red]study config error:[/red] {exc}")
+        return 2
     except AgentRLError as exc:
         console.print(f"[red]study failed:[/red] {exc}")
         return 1
