@@ -253,6 +253,8 @@ class TrainConfig:
     """Evaluate every N steps (0 = only before and after)."""
     eval_episodes: int = 32
     """Held-out episodes per evaluation."""
+    eval_max_failed: float = 0.05
+    """Largest share of held-out episodes that may still have failed (crashed: generator, env or sandbox error) after two replays of the failed ones; they count as unsolved. Above it the eval stops the run, naming the first error: a success figure over crashed episodes measures the crash, not the policy. Each eval's episodes are saved to out_dir/eval/step-NNNNNN.jsonl."""
     eval_before_from: str = ""
     """A finished run's out_dir whose held-out eval stands for this run's eval before RL, which then does not run: that run evaluated this run's starting model (agentrl study: the shared warm-up, whose exported model every arm starts from) on at least these eval_episodes tasks, greedy. Its per-task outcomes and eval record are taken as they are. Empty: evaluate."""
     save_every: int = 0
@@ -295,6 +297,9 @@ class TrainConfig:
             raise ConfigError(f"{prefix}.fold_oracle", f"sft_fold_share={self.sft_fold_share} needs a folding oracle",
                               "set train.fold_oracle=module:Class (e.g. agentrl.envs.search.oracle:FoldingSearchOracle) "
                               "or sft_fold_share=0")  # fmt: skip
+        if not 0.0 <= self.eval_max_failed <= 1.0:
+            raise ConfigError(f"{prefix}.eval_max_failed", f"must be in [0, 1], got {self.eval_max_failed}",
+                              "use the share of held-out episodes that may crash (0: none)")  # fmt: skip
         if self.ppo_epochs < 1:
             raise ConfigError(f"{prefix}.ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
         if self.sft_temperature is not None and not self.sft_temperature > 0:

@@ -58,3 +58,7 @@ class GeneratorError(AgentRLError):
 
 class EpisodeError(AgentRLError):
     """An episode failed; recorded on its trajectory, never fatal to its siblings."""
+
+
+class EvalError(AgentRLError):
+    """A held-out evaluation cannot stand: too many of its episodes failed even when replayed."""

@@ -36,3 +36,22 @@ class CounterEnv(TextEnv):
 
 
 agentrl.register("test/Counter-v0", "toy_envs:CounterEnv", description="toy counter", max_turns=4, max_obs_chars=200)
+
+
+class FlakyEnv(CounterEnv):
+    """CounterEnv whose reset crashes on held-out (test split) tasks: ``crashes[task id]`` more times
+    (-1: always). Class-level, so a test sets it before a run (the envs run in this process)."""
+
+    crashes: dict[str, int] = {}
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        left = FlakyEnv.crashes.get(self.task.id, 0)
+        if left:
+            FlakyEnv.crashes[self.task.id] = left - 1 if left > 0 else left
+            raise RuntimeError(f"simulated crash on {self.task.id}")
+        return obs, info
+
+
+agentrl.register("test/Flaky-v0", "toy_envs:FlakyEnv", description="toy counter that crashes on some held-out tasks",
+                 max_turns=4, max_obs_chars=200)  # fmt: skip

@@ -311,7 +311,7 @@ def train(config: RunConfig) -> dict[str, Any]:
         from agentrl.rollout.process_rewards import describe
 
         logger.console.print(describe(config.rollout))
-    evaluate = _evaluator(config, rollouts, policy, logger, progress)
+    evaluate = _evaluator(config, rollouts, policy, logger, progress, out_dir if rank0 else None)
     plan = objective_plan(config)
     objective = plan.summary()  # resolved options: printed now, saved in summary.json
     logger.console.print(f"objective: {json.dumps(objective)}")
@@ -428,6 +428,7 @@ def train(config: RunConfig) -> dict[str, Any]:
             # 4. weights to the generator
             sync_generator(engine, generator)
         metrics["perf/step_s"] = time.perf_counter() - t_step
+        metrics |= gpu_memory()
         if train_cfg.eval_every and (step + 1) % train_cfg.eval_every == 0 and step + 1 < train_cfg.steps:
             evaluate(step + 1)  # logged; the summary compares the evals before and after RL
         logger.log(
@@ -467,13 +468,16 @@ def train(config: RunConfig) -> dict[str, Any]:
 
 
 def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: MetricsLogger,
-               progress: RunProgress):  # fmt: skip
+               progress: RunProgress, out_dir: Path | None = None):  # fmt: skip
     """``evaluate(step) -> ({task_id: solved}, {task_id: details})`` on the first ``eval_episodes``
     held-out tasks (same ones every time); logs their mean as ``eval/success``: the share solved by
     the env's own success metric (:attr:`agentrl.env.TextEnv.success_metric`, exact match for search),
     the same definition as ``agentrl eval``'s success; failed episodes count as unsolved. A task's
     details are its outcome (the reward: partial credit) and the env's numeric metrics (search: em
-    and f1; WebShop: score); their means are logged as ``eval/outcome`` and ``eval/metric/<name>``."""
+    and f1; WebShop: score); their means are logged as ``eval/outcome`` and ``eval/metric/<name>``.
+    Failed (crashed) episodes are replayed up to twice; more than ``train.eval_max_failed`` of them
+    still failed raises :class:`EvalError`. With ``out_dir`` the episodes go to
+    ``out_dir/eval/step-NNNNNN.jsonl``."""
     from agentrl.env import solved, success_metric
     from agentrl.rollout.runner import task_id
 
@@ -494,15 +498,53 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
                                        temperature=config.train.eval_temperature,
                                        on_episode=phase.on_episode(  # success, as logged below
                                            "success", lambda ep: solved(ep.metrics, ep.outcome, metric)))  # fmt: skip
+        episodes, replayed = replay_failed(episodes, tasks, rollouts, name, step, config, progress)
+        if out_dir is not None:
+            (out_dir / "eval").mkdir(parents=True, exist_ok=True)
+            write_jsonl(episodes, out_dir / "eval" / f"step-{step:06d}.jsonl")
         outcomes = {ep.task_id: 0.0 if ep.failed else solved(ep.metrics, ep.outcome, metric) for ep in episodes}
         details = {ep.task_id: eval_details(ep) for ep in episodes}
         means = held_out_means(details, outcomes)
         logger.log(step, {"eval/success": float(np.mean(list(outcomes.values()))) if outcomes else 0.0,
-                          "eval/failed": float(sum(ep.failed for ep in episodes)),
-                          **_means_record(means)}, echo=("eval/success",))  # fmt: skip
+                          "eval/failed": float(sum(ep.failed for ep in episodes)), "eval/replayed": float(replayed),
+                          **_means_record(means), **gpu_memory()}, echo=("eval/success",))  # fmt: skip
         return outcomes, details
 
     return evaluate
+
+
+def replay_failed(episodes: list[Episode], tasks: list[Any], rollouts: Rollouts, name: str, step: int,
+                  config: RunConfig, progress: RunProgress, rounds: int = 2) -> tuple[list[Episode], int]:  # fmt: skip
+    """Replay a held-out eval's failed (crashed) episodes up to ``rounds`` times, each from the start of
+    its own task (its sampling stream is keyed by the task, so a greedy replay is the episode the crash
+    interrupted; the env's reset seed follows the position in the replayed list). Returns the episodes in task order and how many replays ran; raises
+    :class:`EvalError` when more than ``train.eval_max_failed`` of them still failed."""
+    from agentrl.errors import EvalError
+
+    episodes, replayed = list(episodes), 0
+    for _ in range(rounds):
+        failed = [i for i, ep in enumerate(episodes) if ep.failed]
+        if not failed:
+            break
+        progress.line(f"{name}: {len(failed)} of {len(tasks)} episodes failed ({episodes[failed[0]].error}); "
+                      "replaying them")  # fmt: skip
+        again, _ = rollouts.run([tasks[i] for i in failed], seed=10_000_019, version=step, group_size=1,
+                                temperature=config.train.eval_temperature)  # fmt: skip
+        for i, episode in zip(failed, again, strict=True):
+            episodes[i] = episode
+        replayed += len(failed)
+    failed = [ep for ep in episodes if ep.failed]
+    allowed = config.train.eval_max_failed * len(tasks)
+    if len(failed) > allowed:
+        raise EvalError(
+            f"{name}: {len(failed)} of {len(tasks)} held-out episodes failed even after {rounds} replays "
+            f"(first: {failed[0].error}); a success figure over them would measure the crash. Fix the cause "
+            f"(the log above names it), or allow more with train.eval_max_failed (now {config.train.eval_max_failed:g})"
+        )  # fmt: skip
+    if failed:
+        progress.line(f"{name}: {len(failed)} of {len(tasks)} episodes still failed after {rounds} replays; they "
+                      f"count as unsolved (train.eval_max_failed={config.train.eval_max_failed:g})")  # fmt: skip
+    return episodes, replayed
 
 
 def eval_details(episode: Episode) -> dict[str, float]:
@@ -521,6 +563,17 @@ def held_out_means(details: dict[str, dict[str, float]], tasks: dict[str, Any]) 
         return {}
     keys = sorted({k for t in ids for k in details[t]})
     return {k: float(np.mean([details[t].get(k, 0.0) for t in ids])) for k in keys}
+
+
+def gpu_memory() -> dict[str, float]:
+    """Peak GPU memory of this process since the last call (GiB, allocated by tensors and reserved by
+    torch's caching allocator), then the peak is reset; nothing on a machine without CUDA."""
+    if not torch.cuda.is_available():
+        return {}
+    values = {"perf/gpu_peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+              "perf/gpu_peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30}  # fmt: skip
+    torch.cuda.reset_peak_memory_stats()
+    return values
 
 
 def _means_record(means: dict[str, float]) -> dict[str, float]:
@@ -613,6 +666,10 @@ def main(config_path: str | None, overrides: list[str] | None = None) -> int:
         summary = train(config)
     except AgentRLError as exc:
         console.print(f"[red]training failed:[/red] {exc}")
+        log = Path(config.train.out_dir) / "train.log"
+        if world()[0] == 0 and log.exists():  # the run's log says how it ended, as the terminal did
+            with log.open("a") as handle:
+                handle.write(f"training failed: {exc}\n")
         return 1
     if world()[0] == 0:
         print(
