@@ -25,6 +25,9 @@ def _words(text: str) -> set[str]:
 class WebShopOracle:
     """Scripted policy for the web env (see the module docstring)."""
 
+    #: select the goal's options as soon as an affordable matching item opens, before its Features check
+    options_first = False
+
     def __init__(self) -> None:
         self.goal: dict[str, Any] = {}
         self.reset_state()
@@ -101,6 +104,10 @@ class WebShopOracle:
         wanted = self.goal["options"]
         ok = price <= float(self.goal["price_upper"]) and self._noun_ok(title)
         ok = ok and all(value in groups.get(name, {}) for name, value in wanted.items())
+        if ok and self.options_first:
+            for name, value in wanted.items():
+                if not groups[name][value]:
+                    return f"click[{value}]"
         if ok and asin is not None and asin not in self.verified:
             attrs_in_title = all(a.lower() in title.lower() for a in self.goal["attributes"])
             if not attrs_in_title:
@@ -114,3 +121,14 @@ class WebShopOracle:
             if not groups[name][value]:
                 return f"click[{value}]"
         return "click[Buy Now]"
+
+
+class OptionsFirstWebShopOracle(WebShopOracle):
+    """The same shopper, selecting the goal's options on the item page before checking its Features.
+
+    Its item page is then followed by an option click while an option is unselected, and by
+    ``click[Buy Now]`` once the Features check came back; the default order checks Features first, so
+    the page it comes back to asks for options, which a small warm-started policy skipped
+    (see benchmarks/results/gpu_h200/shop_warmups/)."""
+
+    options_first = True
