@@ -262,7 +262,8 @@ def _leaf(tree: Any, dotted: str) -> Any:
 def changed_settings(study: StudyConfig, run: Run) -> list[str]:
     """What a finished run ran with that the study's plan now sets otherwise (its explicit overrides,
     compared with the run's ``resolved_config.yaml``): a study YAML edited after a run finished.
-    Left out: ``train.eval_before_from`` (where the eval before RL came from, not what it was) and a
+    Left out: ``train.out_dir`` and ``train.eval_before_from`` (where the run and the eval before RL
+    live, not what they were: a study folder copied or moved elsewhere resumes there) and a
     warm-up's ``train.eval_episodes`` (a warm-up that evaluated fewer tasks leaves its arms to evaluate
     themselves, :meth:`StudyConfig.arm`). A field the run's code did not have yet counts as its default."""
     resolved_path = run.out_dir / "resolved_config.yaml"
@@ -273,7 +274,7 @@ def changed_settings(study: StudyConfig, run: Run) -> list[str]:
     changes = []
     for item in run.overrides:
         key = item.partition("=")[0].strip()
-        if key == "train.eval_before_from" or (key == "train.eval_episodes" and run.method is None):
+        if key in ("train.out_dir", "train.eval_before_from") or (key == "train.eval_episodes" and run.method is None):
             continue
         want, have = _leaf(planned, key), _leaf(resolved, key)
         if have is _MISSING:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -176,6 +177,12 @@ def test_max_runs_0_runs_the_first_warm_up_alone_and_reports_its_eval(tiny_model
                     "--max-runs", "0")  # fmt: skip
     assert added.returncode == 0, added.stderr[-3000:]
     assert "study: seed 0 warm-up: finished, skipped" in added.stdout
+    # the study folder copied elsewhere (a variation that shares the warm-up): its warm-up is reused there
+    shutil.copytree(out / "seed-0" / "warmup", tmp_path / "copy" / "seed-0" / "warmup")
+    copied = agentrl("study", str(write_study(tmp_path, model=str(tiny_model_dir), out_dir=str(tmp_path / "copy"))),
+                     "--max-runs", "0")  # fmt: skip
+    assert copied.returncode == 0, copied.stderr[-3000:]
+    assert "study: seed 0 warm-up: finished, skipped" in copied.stdout
     # the warm-up's settings changed in the study YAML: the finished warm-up is not silently kept
     changed = write_study(tmp_path, model=str(tiny_model_dir), seeds=[0, 1],
                           overrides={"model.name": str(tiny_model_dir), **SMALL, "train.sft_warmup_steps": 2})  # fmt: skip
