@@ -467,6 +467,9 @@ def train(config: RunConfig) -> dict[str, Any]:
     return summary
 
 
+EVAL_SEED = 10_000_019  # held-out evals sample (at eval_temperature > 0) from streams of this seed
+
+
 def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: MetricsLogger,
                progress: RunProgress, out_dir: Path | None = None):  # fmt: skip
     """``evaluate(step) -> ({task_id: solved}, {task_id: details})`` on the first ``eval_episodes``
@@ -494,14 +497,15 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
         policy.eval()
         name = "eval before RL" if step == 0 else f"eval after step {step}"
         with progress.phase(name, len(tasks), unit="episode", per_step=False, key="eval") as phase:
-            episodes, _ = rollouts.run(tasks, seed=10_000_019, version=step, group_size=1,
+            episodes, _ = rollouts.run(tasks, seed=EVAL_SEED, version=step, group_size=1,
                                        temperature=config.train.eval_temperature,
                                        on_episode=phase.on_episode(  # success, as logged below
                                            "success", lambda ep: solved(ep.metrics, ep.outcome, metric)))  # fmt: skip
         episodes, replayed = replay_failed(episodes, tasks, rollouts, name, step, config, progress)
-        if out_dir is not None:
+        if out_dir is not None:  # saved before the check below, so crashed episodes can be read too
             (out_dir / "eval").mkdir(parents=True, exist_ok=True)
             write_jsonl(episodes, out_dir / "eval" / f"step-{step:06d}.jsonl")
+        check_failed(episodes, name, config, progress)
         outcomes = {ep.task_id: 0.0 if ep.failed else solved(ep.metrics, ep.outcome, metric) for ep in episodes}
         details = {ep.task_id: eval_details(ep) for ep in episodes}
         means = held_out_means(details, outcomes)
@@ -515,12 +519,10 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
 
 def replay_failed(episodes: list[Episode], tasks: list[Any], rollouts: Rollouts, name: str, step: int,
                   config: RunConfig, progress: RunProgress, rounds: int = 2) -> tuple[list[Episode], int]:  # fmt: skip
-    """Replay a held-out eval's failed (crashed) episodes up to ``rounds`` times, each from the start of
-    its own task (its sampling stream is keyed by the task, so a greedy replay is the episode the crash
-    interrupted; the env's reset seed follows the position in the replayed list). Returns the episodes in task order and how many replays ran; raises
-    :class:`EvalError` when more than ``train.eval_max_failed`` of them still failed."""
-    from agentrl.errors import EvalError
-
+    """Replay a held-out eval's failed (crashed) episodes up to ``rounds`` times, each from the start
+    of its own task (its sampling stream is keyed by the task, so a greedy replay is the episode the
+    crash interrupted; the env's reset seed follows the position in the replayed list). Returns the
+    episodes in task order and how many replays ran."""
     episodes, replayed = list(episodes), 0
     for _ in range(rounds):
         failed = [i for i, ep in enumerate(episodes) if ep.failed]
@@ -528,23 +530,30 @@ def replay_failed(episodes: list[Episode], tasks: list[Any], rollouts: Rollouts,
             break
         progress.line(f"{name}: {len(failed)} of {len(tasks)} episodes failed ({episodes[failed[0]].error}); "
                       "replaying them")  # fmt: skip
-        again, _ = rollouts.run([tasks[i] for i in failed], seed=10_000_019, version=step, group_size=1,
+        again, _ = rollouts.run([tasks[i] for i in failed], seed=EVAL_SEED, version=step, group_size=1,
                                 temperature=config.train.eval_temperature)  # fmt: skip
         for i, episode in zip(failed, again, strict=True):
             episodes[i] = episode
         replayed += len(failed)
+    return episodes, replayed
+
+
+def check_failed(episodes: list[Episode], name: str, config: RunConfig, progress: RunProgress) -> None:
+    """Raise :class:`EvalError` when more than ``train.eval_max_failed`` of a held-out eval's episodes
+    failed even when replayed; fewer are said and count as unsolved."""
+    from agentrl.errors import EvalError
+
     failed = [ep for ep in episodes if ep.failed]
-    allowed = config.train.eval_max_failed * len(tasks)
-    if len(failed) > allowed:
+    limit = config.train.eval_max_failed
+    if len(failed) > limit * len(episodes):
         raise EvalError(
-            f"{name}: {len(failed)} of {len(tasks)} held-out episodes failed even after {rounds} replays "
+            f"{name}: {len(failed)} of {len(episodes)} held-out episodes failed even after replays "
             f"(first: {failed[0].error}); a success figure over them would measure the crash. Fix the cause "
-            f"(the log above names it), or allow more with train.eval_max_failed (now {config.train.eval_max_failed:g})"
+            f"(the log above names it), or allow more with train.eval_max_failed (now {limit:g})"
         )  # fmt: skip
     if failed:
-        progress.line(f"{name}: {len(failed)} of {len(tasks)} episodes still failed after {rounds} replays; they "
-                      f"count as unsolved (train.eval_max_failed={config.train.eval_max_failed:g})")  # fmt: skip
-    return episodes, replayed
+        progress.line(f"{name}: {len(failed)} of {len(episodes)} episodes still failed after replays; they count "
+                      f"as unsolved (train.eval_max_failed={limit:g})")  # fmt: skip
 
 
 def eval_details(episode: Episode) -> dict[str, float]:

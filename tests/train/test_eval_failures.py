@@ -50,9 +50,11 @@ def test_an_eval_of_crashes_stops_the_run_instead_of_reporting_zero(tiny_model_d
     out = tmp_path / "run"
     assert main(None, [f"model.name={tiny_model_dir}", *RUN, f"train.out_dir={out}"]) == 1
     log = (out / "train.log").read_text()
-    assert "training failed: eval before RL: 4 of 4 held-out episodes failed even after 2 replays" in log
+    assert "training failed: eval before RL: 4 of 4 held-out episodes failed even after replays" in log
     assert "(first: RuntimeError: simulated crash on test-0" in log and "train.eval_max_failed (now 0.05)" in log
     assert not (out / "summary.json").exists()  # no success figure was written
+    crashed = [json.loads(x) for x in (out / "eval" / "step-000000.jsonl").read_text().splitlines()]
+    assert [e["error"].split(" at ")[0] for e in crashed] == [f"RuntimeError: simulated crash on test-{i}" for i in range(4)]
 
 
 def test_a_few_crashes_within_the_allowance_count_as_unsolved(tiny_model_dir, tmp_path, crashes):
