@@ -267,9 +267,11 @@ class Runner:
     def _failed(self, job: _Job, error: str) -> Episode:
         log.warning("episode failed (%s): %s", self.env_id, error)
         run = self._runs.pop(job.index, None)
-        if run is not None:
-            return run.episode(error=error)  # what was recorded before the failure
         _, task_id = _task_options(job.task)
+        if run is not None:
+            episode = run.episode(error=error)  # what was recorded before the failure
+            episode.task_id = episode.task_id or task_id  # a crash in reset recorded none: paired evals key on it
+            return episode
         return Episode(
             episode_id=f"failed-{job.index}",
             env_id=str(self.env_id),

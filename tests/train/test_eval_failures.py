@@ -66,7 +66,12 @@ def test_a_few_crashes_within_the_allowance_count_as_unsolved(tiny_model_dir, tm
     assert before["eval/failed"] == after["eval/failed"] == 1.0
     assert before["eval/replayed"] == 2.0  # test-3 twice
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["success_before"] <= 0.75  # the crashed task is unsolved
+    assert sorted(summary["eval_tasks"]["before"]) == ["test-0", "test-1", "test-2", "test-3"]  # still paired
+    assert summary["eval_tasks"]["before"]["test-3"] == summary["eval_tasks"]["after"]["test-3"] == 0.0
+    saved = [json.loads(x) for x in (out / "eval" / "step-000001.jsonl").read_text().splitlines()]
+    assert [e["error"] is not None for e in saved] == [False, False, False, True]
+    assert "eval after step 1: 1 of 4 episodes still failed after replays; they count as unsolved" in (
+        out / "train.log").read_text()  # fmt: skip
 
 
 def test_eval_max_failed_is_validated(capsys):
