@@ -104,10 +104,9 @@ class WebShopOracle:
         wanted = self.goal["options"]
         ok = price <= float(self.goal["price_upper"]) and self._noun_ok(title)
         ok = ok and all(value in groups.get(name, {}) for name, value in wanted.items())
-        if ok and self.options_first:
-            for name, value in wanted.items():
-                if not groups[name][value]:
-                    return f"click[{value}]"
+        unselected = [value for name, value in wanted.items() if ok and not groups[name][value]]
+        if unselected and self.options_first:
+            return f"click[{unselected[0]}]"
         if ok and asin is not None and asin not in self.verified:
             attrs_in_title = all(a.lower() in title.lower() for a in self.goal["attributes"])
             if not attrs_in_title:
@@ -117,10 +116,7 @@ class WebShopOracle:
             if asin is not None:
                 self.visited.add(asin)
             return "click[< Prev]"
-        for name, value in wanted.items():
-            if not groups[name][value]:
-                return f"click[{value}]"
-        return "click[Buy Now]"
+        return f"click[{unselected[0]}]" if unselected else "click[Buy Now]"
 
 
 class OptionsFirstWebShopOracle(WebShopOracle):
