@@ -334,6 +334,32 @@ class RunConfig:
         objective_plan(self)  # every objective need has a producer under this config; options resolve
 
 
+# the settings that decide what a held-out eval measures (besides the weights): two runs that agree on
+# these evaluate alike, so one may take the other's eval before RL (``train.eval_before_from``)
+EVAL_SETTINGS = (
+    "model.name", "model.dtype",
+    "env.id", "env.eval_split", "env.max_turns", "env.max_obs_chars", "env.kwargs",
+    "rollout.backend", "rollout.max_new_tokens", "rollout.max_context_tokens", "rollout.folding",
+    "rollout.summary_threshold", "rollout.max_summaries", "rollout.max_branches", "rollout.branch_max_turns",
+    "rollout.template_mode", "rollout.tool_schemas", "rollout.max_turns", "train.eval_temperature",
+)  # fmt: skip
+
+
+def eval_settings(config: RunConfig) -> dict[str, Any]:
+    """``EVAL_SETTINGS`` of a run config, dotted key -> value."""
+    values = {}
+    for key in EVAL_SETTINGS:
+        section, name = key.split(".")
+        values[key] = getattr(getattr(config, section), name)
+    return values
+
+
+def eval_differences(a: RunConfig, b: RunConfig) -> list[str]:
+    """The eval settings two configs disagree on, as ``key: a -> b``."""
+    left, right = eval_settings(a), eval_settings(b)
+    return [f"{k}: {left[k]!r} -> {right[k]!r}" for k in EVAL_SETTINGS if left[k] != right[k]]
+
+
 # --------------------------------------------------------------------------- machinery
 def field_docs(cls: type) -> dict[str, str]:
     """The attribute docstrings of a dataclass (the string literal under each field)."""

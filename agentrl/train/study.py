@@ -17,7 +17,8 @@ held-out size::
 Per seed the supervised warm-up runs once (``seed-S/warmup``: the base config with ``train.steps=0``)
 and evaluates the first ``eval_tasks`` held-out tasks, greedy. Every method starts from its exported
 model (``model.adapter=seed-S/warmup/model``, ``train.sft_warmup_steps=0``), takes that eval as its
-eval before RL (``train.eval_before_from=seed-S/warmup``: one eval per seed, not one per arm), and
+eval before RL (``train.eval_before_from=seed-S/warmup``: one eval per seed, not one per arm; an arm
+whose overrides change how the held-out eval runs, e.g. ``rollout.folding``, evaluates itself), and
 runs with the same ``train.seed`` (so the same training tasks in the same order and the same
 sampling streams), as many RL steps as make ``episodes`` sampled episodes, and evaluates after RL on
 the same first ``eval_tasks`` held-out tasks. Runs go one at a time in ``agentrl train``
@@ -39,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from agentrl.config import RunConfig, load_config, parse_overrides, to_dict
+from agentrl.config import RunConfig, eval_differences, load_config, parse_overrides, to_dict
 from agentrl.errors import AgentRLError, ConfigError
 
 # run fields the study itself sets; a method or common override may not touch them
@@ -74,6 +75,7 @@ class Run:
     out_dir: Path
     overrides: tuple[str, ...]
     steps: int = 0
+    own_eval: tuple[str, ...] = ()  # an arm that evaluates like the warm-up does not: why it evaluates itself
 
     @property
     def label(self) -> str:
@@ -106,14 +108,23 @@ class StudyConfig:
         out = self.out_dir / f"seed-{seed}" / method.name
         warm = self.warmup(seed).out_dir
         # the warm-up's held-out eval is every arm's eval before RL (one eval per seed, not one per
-        # arm); a warm-up finished by an older study that evaluated fewer tasks leaves arms to evaluate
-        shared = () if _evaluated(warm) < self.eval_tasks else (f"train.eval_before_from={warm}",)
+        # arm), unless the arm evaluates otherwise (its own prompt, context or folding mode: it then
+        # evaluates itself), or a warm-up finished by an older study evaluated fewer tasks
+        own = self.eval_differences(method)
+        shared = () if own or _evaluated(warm) < self.eval_tasks else (f"train.eval_before_from={warm}",)
         forced = (
             f"train.seed={seed}", f"train.out_dir={out}", f"train.steps={steps}",
             f"train.eval_episodes={self.eval_tasks}", "train.resume=true", "train.sft_warmup_steps=0",
             f"model.adapter={warm / 'model'}", *shared,
         )  # fmt: skip
-        return Run(seed, method.name, out, (*self.overrides, *method.overrides, *forced), steps)
+        return Run(seed, method.name, out, (*self.overrides, *method.overrides, *forced), steps, tuple(own))
+
+    def eval_differences(self, method: Method) -> list[str]:
+        """The held-out eval settings (``agentrl.config.EVAL_SETTINGS``) the method changes from the
+        warm-up's, as ``key: warm-up -> arm``; empty when its eval before RL is the warm-up's."""
+        warm = load_config(self.base, list(self.overrides), validate=False)
+        arm = load_config(self.base, [*self.overrides, *method.overrides], validate=False)
+        return eval_differences(warm, arm)
 
 
 def _evaluated(warmup_dir: Path) -> float:
@@ -334,6 +345,9 @@ def run_study(study: StudyConfig, *, max_runs: int | None = None) -> dict[str, A
                 progress.line(f"study: stopped after {done_arms} run(s) (--max-runs); re-run to continue")
                 break
             progress.line(f"study: {run.label}: starting ({run.steps} RL steps) -> {run.out_dir}")
+            if run.own_eval:
+                progress.line(f"study: {run.label}: evaluates itself before RL, since it evaluates otherwise "
+                              f"than the warm-up ({'; '.join(run.own_eval)})")  # fmt: skip
             run_one(study, run)
             if run.method is not None:
                 done_arms += 1
@@ -353,7 +367,8 @@ def _describe(study: StudyConfig, runs: list[Run]) -> dict[str, Any]:
         "name": study.name, "base": str(study.base), "baseline": study.baseline, "seeds": list(study.seeds),
         "episodes": study.episodes, "eval_tasks": study.eval_tasks,
         "runs": [{"seed": r.seed, "method": r.method or "warmup", "steps": r.steps, "out_dir": str(r.out_dir),
-                  "overrides": list(r.overrides)} for r in runs],
+                  "overrides": list(r.overrides), **({"own_eval_before": list(r.own_eval)} if r.own_eval else {})}
+                 for r in runs],
     }  # fmt: skip
 
 

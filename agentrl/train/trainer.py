@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import yaml
 
-from agentrl.config import RunConfig, load_config, to_dict
+from agentrl.config import RunConfig, eval_differences, load_config, to_dict
 from agentrl.errors import AgentRLError, ConfigError
 from agentrl.rollout.generators.base import derive_seed
 from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, seed_everything
@@ -272,6 +272,7 @@ def train(config: RunConfig) -> dict[str, Any]:
     rank0 = world()[0] == 0
     if train_cfg.eval_before_from:  # fail before the model loads
         _shared_summary(train_cfg.eval_before_from)
+        _check_same_eval(train_cfg.eval_before_from, config)
     progress = RunProgress(out_dir, enabled=rank0, append=resume_from is not None)
 
     # model, policy (LoRA, critic), generator over the live model, env tasks
@@ -597,6 +598,17 @@ def _shared_summary(run_dir: str | Path) -> Path:
         raise ConfigError("train.eval_before_from", f"{run_dir} has no summary.json (not a finished run)",
                           "point it at a finished run's out_dir, or leave it empty to evaluate")  # fmt: skip
     return path
+
+
+def _check_same_eval(run_dir: str | Path, config: RunConfig) -> None:
+    """A ConfigError unless ``run_dir`` ran its held-out eval as this run would (``EVAL_SETTINGS``):
+    another prompt, context limit or folding mode measures another thing."""
+    shared = load_config(Path(run_dir) / "resolved_config.yaml", validate=False)
+    differences = eval_differences(shared, config)
+    if differences:
+        raise ConfigError("train.eval_before_from", f"{run_dir} evaluated with other settings than this run "
+                          f"({'; '.join(differences)})",
+                          "leave it empty so this run evaluates itself before RL")  # fmt: skip
 
 
 def shared_eval(

@@ -62,6 +62,37 @@ def test_plan_gives_every_arm_the_same_seed_tasks_budget_and_warm_up(tmp_path):
     assert "algo.advantage=igpo" in runs[2].overrides and "algo.advantage=igpo" not in runs[1].overrides
 
 
+def test_an_arm_that_evaluates_otherwise_than_the_warm_up_evaluates_itself_before_rl(tmp_path):
+    """A folding arm's eval runs in folding mode; the warm-up's eval ran ReAct: taking it as the arm's
+    eval before RL would measure another thing. An arm that changes only the objective shares it."""
+    folding = {"rollout.folding": "branch", "algo.advantage": "foldgrpo", "algo.loss": "foldgrpo"}
+    study = load_study(write_study(tmp_path, methods={"react": {}, "folding": folding, "lr": {"train.lr": 1e-4}}))
+    runs = {r.method: r for r in plan(study)}
+    warm = f"train.eval_before_from={tmp_path / 'study' / 'seed-0' / 'warmup'}"
+    assert warm in runs["react"].overrides and warm in runs["lr"].overrides
+    assert runs["react"].own_eval == () and runs["lr"].own_eval == ()
+    assert not any(o.startswith("train.eval_before_from=") for o in runs["folding"].overrides)
+    assert runs["folding"].own_eval == ("rollout.folding: 'none' -> 'branch'",)
+
+
+def test_eval_before_from_refuses_a_run_that_evaluated_with_other_settings(tmp_path):
+    """Through `agentrl train`: a shared eval run in ReAct mode is refused for a folding run, naming
+    the setting, before the model loads."""
+    from agentrl.config import load_config, to_dict
+
+    shared = tmp_path / "warmup"
+    shared.mkdir()
+    (shared / "summary.json").write_text(json.dumps({"eval_tasks": {"before": {}}}))
+    (shared / "resolved_config.yaml").write_text(yaml.safe_dump(to_dict(load_config(QUICKSTART))))
+    out = tmp_path / "arm"
+    res = agentrl("train", str(QUICKSTART), f"train.eval_before_from={shared}", f"train.out_dir={out}",
+                  "rollout.folding=branch", "algo.advantage=foldgrpo", "algo.loss=foldgrpo", timeout=120)  # fmt: skip
+    assert res.returncode == 1, res.stderr
+    message = " ".join(res.stderr.split())
+    assert "train.eval_before_from" in message and "rollout.folding: 'none' -> 'branch'" in message
+    assert "leave it empty" in message and not (out / "model").exists()
+
+
 @pytest.mark.parametrize(
     ("changes", "field", "fix"),
     [
