@@ -110,6 +110,7 @@ def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
             "eval_failed": eval_failed(run.out_dir),
             "held_out_means": s.get("held_out_means", {"before": {}, "after": {}}),  # outcome, f1, score...
             "same_start_as_baseline": None if base is None else base["eval_tasks"]["before"] == tasks["before"],
+            "own_eval_before": list(getattr(run, "own_eval", ())),  # evaluated itself: how its eval differs
             "vs_baseline": None if base is None or run.method == study.baseline
             else _paired(base["eval_tasks"]["after"], tasks["after"]),
         }  # fmt: skip
@@ -167,6 +168,13 @@ def _means(means: dict[str, dict[str, float]]) -> str:
     return "; ".join(f"{k} {means['before'][k]:.3g} → {means['after'][k]:.3g}" for k in keys) or "–"
 
 
+def _start(row: dict[str, Any]) -> str:
+    """The "same start" cell: whether the arm's eval before RL equals the baseline's, and why not
+    when the arm evaluated itself in another mode."""
+    own = row.get("own_eval_before") or []
+    return _fmt(row["same_start_as_baseline"]) + (f" (own eval: {'; '.join(own)})" if own else "")
+
+
 def report_markdown(results: dict[str, Any]) -> str:
     """report.md: the side-by-side table, then one row per run."""
     methods = results["methods"]
@@ -206,7 +214,7 @@ def report_markdown(results: dict[str, Any]) -> str:
             f"| `{r['method']}` | {r['seed']} | {r['steps']} | {r['success_before']:.3f} | {r['success_after']:.3f} | "
             f"{r['gained']} / {r['lost']} ({r['p_value']:.3g}) | "
             + ("–" if vs is None else f"{vs['gained']} / {vs['lost']} ({vs['p_value']:.3g})")
-            + f" | {_fmt(r['same_start_as_baseline'])} | {', '.join(f'{x:.0f}' for x in r['eval_failed']) or '–'}"
+            + f" | {_start(r)} | {', '.join(f'{x:.0f}' for x in r['eval_failed']) or '–'}"
             + f" | {grad} | {clip} | {_means(r['held_out_means'])} |"
         )  # fmt: skip
     lines += ["", "Plots: `success.png` (held-out success per method, one point per seed), `reward.png` "

@@ -369,3 +369,26 @@ def test_eval_before_from_refuses_a_run_that_is_not_finished_or_evaluated_fewer_
     with pytest.raises(ConfigError) as err:
         shared_eval(tmp_path, ["a", "d"])
     assert "missing e.g. 'd'" in err.value.problem and "train.eval_episodes=2" in err.value.fix
+
+
+@pytest.mark.slow
+def test_a_folding_arm_evaluates_itself_before_rl_in_its_own_mode(tiny_model_dir, tmp_path):
+    """Through `agentrl study`: the warm-up's eval ran ReAct; the folding arm's eval before RL runs in
+    folding mode (its own), and the study, results.json and report.md say why."""
+    folding = {"rollout.folding": "branch", "algo.advantage": "foldgrpo", "algo.loss": "foldgrpo"}
+    config = write_study(tmp_path, model=str(tiny_model_dir), methods={"folding": folding, "react": {}},
+                         baseline="react")  # fmt: skip
+    out = tmp_path / "study"
+    proc = agentrl("study", str(config), "--max-runs", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    why = "rollout.folding: 'none' -> 'branch'"
+    assert f"study: seed 0 folding: evaluates itself before RL, since it evaluates otherwise than the warm-up ({why})" in proc.stdout
+    log = (out / "seed-0" / "folding" / "train.log").read_text()
+    assert "eval before RL:  episode 3/3" in log and "train.eval_before_from" not in log
+    resolved = yaml.safe_load((out / "seed-0" / "folding" / "resolved_config.yaml").read_text())
+    assert resolved["train"]["eval_before_from"] == "" and resolved["rollout"]["folding"] == "branch"
+    described = yaml.safe_load((out / "study.yaml").read_text())
+    assert [r.get("own_eval_before") for r in described["runs"]] == [None, [why], None]
+    row = json.loads((out / "results.json").read_text())["runs"][0]
+    assert row["method"] == "folding" and row["own_eval_before"] == [why]
+    assert f"(own eval: {why})" in (out / "report.md").read_text()
