@@ -122,9 +122,14 @@ class StudyConfig:
     def eval_differences(self, method: Method) -> list[str]:
         """The held-out eval settings (``agentrl.config.EVAL_SETTINGS``) the method changes from the
         warm-up's, as ``key: warm-up -> arm``; empty when its eval before RL is the warm-up's."""
-        warm = load_config(self.base, list(self.overrides), validate=False)
-        arm = load_config(self.base, [*self.overrides, *method.overrides], validate=False)
-        return eval_differences(warm, arm)
+        configs = []
+        for field, overrides in (("study.base/overrides", self.overrides),
+                                 (f"study.methods.{method.name}", (*self.overrides, *method.overrides))):  # fmt: skip
+            try:
+                configs.append(load_config(self.base, list(overrides), validate=False))
+            except ConfigError as exc:
+                raise ConfigError(f"{field}: {exc.field}", exc.problem, exc.fix) from exc
+        return eval_differences(*configs)
 
 
 def _evaluated(warmup_dir: Path) -> float:
