@@ -373,6 +373,12 @@ def evaluate(
     ray: str | None = typer.Option(
         None, help="Run the envs in Ray actors: auto, HOST:PORT, or local (a Ray on this machine)."
     ),
+    max_failed: float = typer.Option(
+        0.05,
+        "--max-failed",
+        help="Share of episodes that may crash (scored as unsolved) before the command exits 1; the "
+        "outputs are written either way.",
+    ),
 ) -> None:
     """Evaluate an agent on a suite and write a report."""
     from agentrl.eval.runner import run_eval
@@ -397,6 +403,7 @@ def evaluate(
                 "images": images,
             },
             ray=ray,
+            max_failed=max_failed,
         )
     )
 

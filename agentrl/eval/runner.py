@@ -279,20 +279,28 @@ def run_eval(
     suite_options: Sequence[str] = (),
     settings: dict[str, Any] | None = None,
     ray: str | None = None,
+    max_failed: float = 0.05,
 ) -> int:
-    """The ``agentrl eval`` command: evaluate, write the outputs, print the table. Returns the exit code.
+    """The ``agentrl eval`` command: evaluate, write the outputs, print the table. Returns the exit code:
+    0, 2 for bad input, 1 when more than ``max_failed`` of the episodes crashed (they are scored as
+    unsolved and listed either way; the outputs are written first).
 
     ``suite_options``: ``key=value`` items added to the suite (values may hold commas);
     ``settings``: CLI values of :class:`ModelEvalConfig` fields (``None``: not given).
     """
     import json
 
+    if not 0.0 <= max_failed <= 1.0:
+        print(f"error: --max-failed must be a share in [0, 1], got {max_failed} "
+              "(fix: e.g. 0.05 lets 5% of the episodes crash)", file=sys.stderr)  # fmt: skip
+        return 2
     settings = {k: v for k, v in (settings or {}).items() if v is not None}
     command = ["agentrl", "eval", "--suite", suite, "--agent", agent]
     for item in suite_options:
         command += ["--suite-option", item]
     command += ["--limit", str(limit)] if limit is not None else []
     command += ["--concurrency", str(concurrency), "--seed", str(seed)] + (["--ray", ray] if ray else [])
+    command += ["--max-failed", str(max_failed)]
     for name, value in settings.items():
         option = SETTING_SOURCES[name][0]
         if isinstance(value, bool):
@@ -303,6 +311,7 @@ def run_eval(
         suite_obj = parse_suite(suite, suite_options)
         resolved = ModelEvalConfig.resolve(**settings)
         kind = parse_agent(agent).kind
+        print(f"[eval] max_failed = {max_failed:g}  (--max-failed, default 0.05)", file=sys.stderr)
         if kind not in ("oracle", "random"):
             print(f"[eval] model agent settings:\n{resolved.describe(kind)}", file=sys.stderr)
         elif settings:
@@ -315,8 +324,11 @@ def run_eval(
     except AgentRLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    errors = sum(1 for r in result.records if r["error"])
     result.metrics["suite"] = suite
     result.metrics["command"] = shlex.join(command)
+    result.metrics["max_failed"] = max_failed
+    result.metrics["episode_errors"] = errors
     out_dir = Path(out) if out is not None else _default_out(suite, agent)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(result.episodes, out_dir / "episodes.jsonl")
@@ -339,5 +351,9 @@ def run_eval(
         for line in error_lines(result.records):
             print(line)
         print(f"report: {report}")
-    errors = sum(1 for r in result.records if r["error"])
-    return 1 if result.records and errors == len(result.records) else 0
+    if result.records and (errors == len(result.records) or errors > max_failed * len(result.records)):
+        print(f"eval failed: {errors} of {len(result.records)} episodes crashed, more than --max-failed "
+              f"{max_failed:g} allows; they count as unsolved in {report} (fix the cause above, or raise "
+              "--max-failed)", file=sys.stderr)  # fmt: skip
+        return 1
+    return 0

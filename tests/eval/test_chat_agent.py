@@ -107,6 +107,34 @@ def test_a_hung_request_costs_only_its_own_episode(tmp_path: Path) -> None:
     assert all(r["error"] is None and r["success"] == 1.0 for r in by_id.values())
 
 
+def test_agentrl_eval_exits_1_when_more_episodes_crash_than_max_failed(tmp_path: Path, capsys) -> None:
+    """The command's own path (`run_eval`): one hung task of twelve crashes (8%); the outputs are
+    written and score it unsolved either way, and the exit code says whether that is more than
+    `--max-failed` allows (default 5%)."""
+    from agentrl.eval.runner import run_eval
+
+    records = write_gaia_download(tmp_path / "gaia", hang=True, extra=2)
+    server = ScriptedChat(records)
+    codes = {}
+    with BackgroundServer(server.app) as http:
+        for share in (0.05, 0.2):
+            out = tmp_path / f"out-{share}"
+            codes[share] = run_eval(
+                suite="gaia", agent=f"chat:{http.url}#scripted", suite_options=[f"data_dir={tmp_path / 'gaia'}", "python=false"],
+                concurrency=4, out=out, settings={"episode_timeout_s": 3, "request_timeout_s": 1}, max_failed=share,
+            )  # fmt: skip
+            metrics = json.loads((out / "metrics.json").read_text())
+            assert (metrics["episode_errors"], metrics["max_failed"], metrics["overall"]["tasks"]) == (1, share, len(records))
+            assert "--max-failed " + str(share) in metrics["command"]
+            assert "## Episode errors" in (out / "report.md").read_text()
+    assert len(records) == 12 and codes == {0.05: 1, 0.2: 0}
+    err = capsys.readouterr().err
+    assert "eval failed: 1 of 12 episodes crashed, more than --max-failed 0.05 allows" in err
+    assert "[eval] max_failed = 0.2  (--max-failed, default 0.05)" in err
+    assert run_eval(suite="gaia", agent="oracle", max_failed=1.5) == 2
+    assert "--max-failed must be a share in [0, 1], got 1.5" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("mode", ["500", "garbage"])
 def test_a_failing_server_fails_every_episode_fast(tmp_path: Path, mode: str) -> None:
     records = write_gaia_download(tmp_path, extra=30)
