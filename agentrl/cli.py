@@ -304,6 +304,9 @@ def study(
     max_runs: int | None = typer.Option(
         None, "--max-runs", help="Stop after this many method runs this sitting (re-run to continue)."
     ),
+    parallel: int = typer.Option(
+        1, "--parallel", help="Runs at once (arms wait for their seed's warm-up); e.g. several on one GPU."
+    ),
 ) -> None:
     """Objectives side by side: `agentrl study CONFIG [key=value ...]` (e.g. seeds=[0] eval_tasks=64).
 
@@ -311,7 +314,7 @@ def study(
     runs are skipped on a re-run. Writes results.json, report.md and plots to the study's out_dir."""
     from agentrl.train.study import main as study_main
 
-    raise typer.Exit(study_main(str(config), list(ctx.args), max_runs=max_runs))
+    raise typer.Exit(study_main(str(config), list(ctx.args), max_runs=max_runs, parallel=parallel))
 
 
 @app.command("eval")

@@ -34,6 +34,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -312,53 +313,139 @@ def check_finished(study: StudyConfig, runs: list[Run]) -> None:
         )  # fmt: skip
 
 
-def run_one(study: StudyConfig, run: Run) -> None:
-    """``agentrl train BASE OVERRIDES`` in a subprocess (its progress lines pass through)."""
+def _command(study: StudyConfig, run: Run) -> list[str]:
     cmd = [sys.executable, "-m", "agentrl.cli", "train", str(study.base), *run.overrides]
     run.out_dir.mkdir(parents=True, exist_ok=True)
     (run.out_dir / "command.txt").write_text(" ".join(cmd[2:]) + "\n")
-    rc = subprocess.run(cmd, env=os.environ.copy()).returncode
+    return cmd
+
+
+def _failure(run: Run, rc: int) -> str:
+    return f"study run '{run.label}' failed (exit {rc}); see {run.out_dir / 'train.log'}"
+
+
+def run_one(study: StudyConfig, run: Run, env: dict[str, str] | None = None) -> None:
+    """``agentrl train BASE OVERRIDES`` in a subprocess (its progress lines pass through)."""
+    rc = subprocess.run(_command(study, run), env=env or os.environ.copy()).returncode
     if rc != 0 or not run.finished:
-        raise AgentRLError(
-            f"study run '{run.label}' failed (exit {rc}); see {run.out_dir / 'train.log'}. "
-            "Fix the cause and re-run the study: finished runs are kept"
-        )
+        raise AgentRLError(f"{_failure(run, rc)}. Fix the cause and re-run the study: finished runs are kept")
 
 
-def run_study(study: StudyConfig, *, max_runs: int | None = None) -> dict[str, Any]:
-    """Run what is not finished (at most ``max_runs`` arms this sitting), then write the results; finished
-    runs whose settings the study now changes fail it first (:func:`check_finished`)."""
+def child_env(parallel: int) -> dict[str, str]:
+    """The runs' environment: with several runs sharing a GPU, PyTorch's allocator grows its segments
+    instead of caching fixed blocks (one process's cache held 105 GiB of an H200 and starved two
+    others), unless ``PYTORCH_CUDA_ALLOC_CONF`` is set already."""
+    env = os.environ.copy()
+    if parallel > 1:
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    return env
+
+
+def this_sitting(todo: list[Run], max_runs: int | None) -> tuple[list[Run], bool]:
+    """The unfinished runs in plan order up to the first arm past ``max_runs``; and whether that cut any."""
+    chosen: list[Run] = []
+    arms = 0
+    for run in todo:
+        if run.method is not None:
+            if max_runs is not None and arms >= max_runs:
+                return chosen, True
+            arms += 1
+        chosen.append(run)
+    return chosen, False
+
+
+def _starting(progress: Any, run: Run) -> None:
+    progress.line(f"study: {run.label}: starting ({run.steps} RL steps) -> {run.out_dir}")
+    if run.own_eval:
+        progress.line(f"study: {run.label}: evaluates itself before RL, since it evaluates otherwise "
+                      f"than the warm-up ({'; '.join(run.own_eval)})")  # fmt: skip
+
+
+def run_parallel(study: StudyConfig, chosen: list[Run], parallel: int, progress: Any, finished: Any,
+                 *, poll_s: float = 2.0) -> None:  # fmt: skip
+    """Up to ``parallel`` runs at once, each arm once its seed's warm-up is done (warm-ups first, in
+    plan order); each run's terminal output goes to its ``out_dir/study_output.log``. A failed run
+    fails the arms that need it; the others go on, and the study raises at the end naming them all."""
+    env = child_env(parallel)
+    pending, running, failed = list(chosen), {}, []  # running: Run -> (process, its log file)
+    while pending or running:
+        for run in list(pending):
+            if len(running) >= parallel:
+                break
+            warm = None if run.method is None else study.warmup(run.seed)
+            if warm is not None and any(f.out_dir == warm.out_dir for f in failed):
+                pending.remove(run)
+                failed.append(run)
+                progress.line(f"study: {run.label}: not started: its warm-up failed")
+                continue
+            if warm is not None and not warm.finished:
+                continue  # waits for its warm-up
+            pending.remove(run)
+            _starting(progress, run)
+            cmd = _command(study, run)  # makes out_dir
+            log = open(run.out_dir / "study_output.log", "a")  # noqa: SIM115 - closed when the run ends
+            running[run] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log)
+        time.sleep(poll_s)
+        for run, (process, log) in list(running.items()):
+            rc = process.poll()
+            if rc is None:
+                continue
+            log.close()
+            del running[run]
+            if rc != 0 or not run.finished:
+                failed.append(run)
+                progress.line(f"{_failure(run, rc)}; its terminal output: {run.out_dir / 'study_output.log'}")
+            else:
+                finished(run)
+    if failed:
+        raise AgentRLError("; ".join(f"'{r.label}'" for r in failed) + " failed (see the lines above). "
+                           "Fix the cause and re-run the study: finished runs are kept")  # fmt: skip
+
+
+def run_study(study: StudyConfig, *, max_runs: int | None = None, parallel: int = 1) -> dict[str, Any]:
+    """Run what is not finished (at most ``max_runs`` arms this sitting, ``parallel`` runs at once), then
+    write the results; finished runs whose settings the study now changes fail it first
+    (:func:`check_finished`)."""
     from agentrl.train.progress import RunProgress
     from agentrl.train.study_report import write_results
 
+    if parallel < 1:
+        raise ConfigError("--parallel", f"must be >= 1, got {parallel}", "use 1 to run one run at a time")
     runs = plan(study)
     check_finished(study, runs)
     study.out_dir.mkdir(parents=True, exist_ok=True)
     (study.out_dir / "study.yaml").write_text(yaml.safe_dump(_describe(study, runs), sort_keys=False))
     progress = RunProgress(study.out_dir, append=True)  # study.out_dir/train.log: the study's own lines
     todo = [r for r in runs if not r.finished]
-    arms_left = sum(r.method is not None for r in todo)
+    chosen, cut = this_sitting(todo, max_runs)
     progress.print(f"study {study.name}: {len(runs)} runs ({len(runs) - len(todo)} finished, {len(todo)} to run)"
                    f" -> {study.out_dir}")  # fmt: skip
+    if parallel > 1:
+        progress.line(f"study: up to {parallel} runs at once (--parallel); PYTORCH_CUDA_ALLOC_CONF="
+                      f"{child_env(parallel)['PYTORCH_CUDA_ALLOC_CONF']}")  # fmt: skip
     for run in runs:
         if run.finished:
             progress.line(f"study: {run.label}: finished, skipped ({run.out_dir / 'summary.json'})")
-    done_arms = 0
-    with progress.phase(f"study {study.name}", arms_left, unit="run") as phase:
-        for run in todo:
-            if run.method is not None and max_runs is not None and done_arms >= max_runs:
-                progress.line(f"study: stopped after {done_arms} run(s) (--max-runs); re-run to continue")
-                break
-            progress.line(f"study: {run.label}: starting ({run.steps} RL steps) -> {run.out_dir}")
-            if run.own_eval:
-                progress.line(f"study: {run.label}: evaluates itself before RL, since it evaluates otherwise "
-                              f"than the warm-up ({'; '.join(run.own_eval)})")  # fmt: skip
-            run_one(study, run)
-            if run.method is not None:
-                done_arms += 1
-                summary = json.loads((run.out_dir / "summary.json").read_text())
-                phase.advance(run=f"seed{run.seed}/{run.method}", after=float(summary["success_after"]))
-                write_results(study, runs)
+    with progress.phase(f"study {study.name}", sum(r.method is not None for r in chosen), unit="run") as phase:
+
+        def finished(run: Run) -> None:
+            if run.method is None:
+                progress.line(f"study: {run.label}: finished")
+                return
+            summary = json.loads((run.out_dir / "summary.json").read_text())
+            phase.advance(run=f"seed{run.seed}/{run.method}", after=float(summary["success_after"]))
+            write_results(study, runs)
+
+        if parallel == 1:
+            for run in chosen:
+                _starting(progress, run)
+                run_one(study, run)
+                finished(run)
+        else:
+            run_parallel(study, chosen, parallel, progress, finished)
+    if cut:
+        progress.line(f"study: stopped after {sum(r.method is not None for r in chosen)} run(s) (--max-runs); "
+                      "re-run to continue")  # fmt: skip
     results = write_results(study, runs)
     progress.line(f"study: results {'complete' if results['complete'] else 'partial'}: "
                   f"{study.out_dir / 'results.json'}, {study.out_dir / 'report.md'}")  # fmt: skip
@@ -377,7 +464,8 @@ def _describe(study: StudyConfig, runs: list[Run]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def main(config_path: str, overrides: list[str] | None = None, *, max_runs: int | None = None) -> int:
+def main(config_path: str, overrides: list[str] | None = None, *, max_runs: int | None = None,
+         parallel: int = 1) -> int:  # fmt: skip
     """``agentrl study CONFIG [key=value ...]``: 0 done (or stopped by ``max_runs``), 2 bad config, 1 failed run."""
     from rich.console import Console
 
@@ -388,7 +476,7 @@ def main(config_path: str, overrides: list[str] | None = None, *, max_runs: int 
         console.print(f"[red]study config error:[/red] {exc}")
         return 2
     try:
-        results = run_study(study, max_runs=max_runs)
+        results = run_study(study, max_runs=max_runs, parallel=parallel)
     except ConfigError as exc:  # finished runs the study now sets otherwise (check_finished), before any run
         console.print(f"[red]study config error:[/red] {exc}")
         return 2
@@ -399,4 +487,5 @@ def main(config_path: str, overrides: list[str] | None = None, *, max_runs: int 
     return 0
 
 
-__all__ = ["Method", "Run", "StudyConfig", "changed_settings", "check_finished", "load_study", "main", "plan", "run_study"]
+__all__ = ["Method", "Run", "StudyConfig", "changed_settings", "check_finished", "child_env", "load_study", "main", "plan",
+           "run_parallel", "run_study", "this_sitting"]

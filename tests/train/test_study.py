@@ -392,3 +392,46 @@ def test_a_folding_arm_evaluates_itself_before_rl_in_its_own_mode(tiny_model_dir
     row = json.loads((out / "results.json").read_text())["runs"][0]
     assert row["method"] == "folding" and row["own_eval_before"] == [why]
     assert f"(own eval: {why})" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_parallel_runs_match_one_at_a_time_and_a_failed_warm_up_costs_only_its_seed(tiny_model_dir, tmp_path):
+    """`agentrl study --parallel 3`: warm-ups first, arms once their seed's warm-up is done, each run's
+    output in its own log; a seed whose warm-up crashes fails its arms only (exit 1, named), the
+    other seed finishes, and a re-run completes it. Every run is its own seeded process, so seed 0
+    gives the same evals and losses as the study run one at a time."""
+    model = str(tiny_model_dir)
+    (tmp_path / "seq").mkdir()
+    (tmp_path / "par").mkdir()
+    seq = agentrl("study", str(write_study(tmp_path / "seq", model=model)))
+    assert seq.returncode == 0, seq.stderr[-3000:]
+    config = write_study(tmp_path / "par", model=model, seeds=[0, 1])
+    out = tmp_path / "par" / "study"
+    (out / "seed-1" / "warmup" / "train.log").mkdir(parents=True)  # the seed-1 warm-up cannot open its log
+    first = agentrl("study", str(config), "--parallel", "3")
+    assert first.returncode == 1
+    assert "study: up to 3 runs at once (--parallel); PYTORCH_CUDA_ALLOC_CONF=" in first.stdout
+    starts = [line for line in first.stdout.splitlines() if ": starting (" in line]
+    assert [s.split(":")[1].strip() for s in starts[:2]] == ["seed 0 warm-up", "seed 1 warm-up"]
+    assert "study: seed 1 grpo: not started: its warm-up failed" in first.stdout
+    message = " ".join(first.stderr.split())
+    assert "'seed 1 warm-up'; 'seed 1 grpo'; 'seed 1 igpo' failed" in message and "finished runs are kept" in message
+    assert "IsADirectoryError" in (out / "seed-1" / "warmup" / "study_output.log").read_text()
+    for method in ("warmup", "grpo", "igpo"):
+        assert (out / "seed-0" / method / "summary.json").exists()
+        assert "held-out" in (out / "seed-0" / method / "study_output.log").read_text()
+    (out / "seed-1" / "warmup" / "train.log").rmdir()
+    second = agentrl("study", str(config), "--parallel", "3")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "study: seed 0 igpo: finished, skipped" in second.stdout
+    assert json.loads((out / "results.json").read_text())["complete"] is True
+
+    def same(run_dir: Path) -> tuple:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        losses = [(r["step"], r["loss/loss"], r["loss/grad_norm"], r["env/reward"]) for r in records if "loss/loss" in r]
+        return summary["eval_tasks"], losses
+
+    for method in ("warmup", "grpo", "igpo"):
+        assert same(out / "seed-0" / method) == same(tmp_path / "seq" / "study" / "seed-0" / method)
+    assert len(same(out / "seed-0" / "igpo")[1]) == 2  # both RL steps compared
