@@ -368,35 +368,41 @@ def run_parallel(study: StudyConfig, chosen: list[Run], parallel: int, progress:
     fails the arms that need it; the others go on, and the study raises at the end naming them all."""
     env = child_env(parallel)
     pending, running, failed = list(chosen), {}, []  # running: Run -> (process, its log file)
-    while pending or running:
-        for run in list(pending):
-            if len(running) >= parallel:
-                break
-            warm = None if run.method is None else study.warmup(run.seed)
-            if warm is not None and any(f.out_dir == warm.out_dir for f in failed):
+    try:
+        while pending or running:
+            for run in list(pending):
+                if len(running) >= parallel:
+                    break
+                warm = None if run.method is None else study.warmup(run.seed)
+                if warm is not None and any(f.out_dir == warm.out_dir for f in failed):
+                    pending.remove(run)
+                    failed.append(run)
+                    progress.line(f"study: {run.label}: not started: its warm-up failed")
+                    continue
+                if warm is not None and not warm.finished:
+                    continue  # waits for its warm-up
                 pending.remove(run)
-                failed.append(run)
-                progress.line(f"study: {run.label}: not started: its warm-up failed")
-                continue
-            if warm is not None and not warm.finished:
-                continue  # waits for its warm-up
-            pending.remove(run)
-            _starting(progress, run)
-            cmd = _command(study, run)  # makes out_dir
-            log = open(run.out_dir / "study_output.log", "a")  # noqa: SIM115 - closed when the run ends
-            running[run] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log)
-        time.sleep(poll_s)
-        for run, (process, log) in list(running.items()):
-            rc = process.poll()
-            if rc is None:
-                continue
+                _starting(progress, run)
+                cmd = _command(study, run)  # makes out_dir
+                log = open(run.out_dir / "study_output.log", "a")  # noqa: SIM115 - closed when the run ends
+                running[run] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log)
+            time.sleep(poll_s)
+            for run, (process, log) in list(running.items()):
+                rc = process.poll()
+                if rc is None:
+                    continue
+                log.close()
+                del running[run]
+                if rc != 0 or not run.finished:
+                    failed.append(run)
+                    progress.line(f"{_failure(run, rc)}; its terminal output: {run.out_dir / 'study_output.log'}")
+                else:
+                    finished(run)
+    finally:  # stopped (Ctrl-C, an error here): no run goes on unwatched
+        for process, log in running.values():
+            process.terminate()
+            process.wait()
             log.close()
-            del running[run]
-            if rc != 0 or not run.finished:
-                failed.append(run)
-                progress.line(f"{_failure(run, rc)}; its terminal output: {run.out_dir / 'study_output.log'}")
-            else:
-                finished(run)
     if failed:
         raise AgentRLError("; ".join(f"'{r.label}'" for r in failed) + " failed (see the lines above). "
                            "Fix the cause and re-run the study: finished runs are kept")  # fmt: skip

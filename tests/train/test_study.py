@@ -435,3 +435,24 @@ def test_parallel_runs_match_one_at_a_time_and_a_failed_warm_up_costs_only_its_s
     for method in ("warmup", "grpo", "igpo"):
         assert same(out / "seed-0" / method) == same(tmp_path / "seq" / "study" / "seed-0" / method)
     assert len(same(out / "seed-0" / "igpo")[1]) == 2  # both RL steps compared
+
+
+@pytest.mark.slow
+def test_a_stopped_parallel_study_leaves_no_run_going(tiny_model_dir, tmp_path):
+    """Ctrl-C on `agentrl study --parallel`: its runs are stopped with it, not left running unwatched."""
+    import signal
+    import time
+
+    config = write_study(tmp_path, model=str(tiny_model_dir), seeds=[0, 1])
+    study = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "study", str(config), "--parallel", "2"], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    logs = [tmp_path / "study" / f"seed-{s}" / "warmup" / "train.log" for s in (0, 1)]
+    deadline = time.time() + 120
+    while not all(log.exists() for log in logs) and time.time() < deadline:
+        time.sleep(0.5)
+    assert all(log.exists() for log in logs), "both warm-ups should have started"
+    study.send_signal(signal.SIGINT)
+    assert study.wait(timeout=60) != 0
+    running = subprocess.run(["pgrep", "-f", f"train.out_dir={tmp_path / 'study'}"], capture_output=True, text=True)
+    assert running.stdout.strip() == "", f"runs left going: {running.stdout}"
+    assert not (tmp_path / "study" / "seed-0" / "warmup" / "summary.json").exists()
