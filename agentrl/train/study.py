@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -368,6 +369,11 @@ def run_parallel(study: StudyConfig, chosen: list[Run], parallel: int, progress:
     fails the arms that need it; the others go on, and the study raises at the end naming them all."""
     env = child_env(parallel)
     pending, running, failed = list(chosen), {}, []  # running: Run -> (process, its log file)
+
+    def stop(signum: int, frame: Any) -> None:  # SIGTERM (kill, a job scheduler) ends the study like Ctrl-C
+        raise SystemExit(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, stop)
     try:
         while pending or running:
             for run in list(pending):
@@ -398,7 +404,8 @@ def run_parallel(study: StudyConfig, chosen: list[Run], parallel: int, progress:
                     progress.line(f"{_failure(run, rc)}; its terminal output: {run.out_dir / 'study_output.log'}")
                 else:
                     finished(run)
-    finally:  # stopped (Ctrl-C, an error here): no run goes on unwatched
+    finally:  # stopped (Ctrl-C, SIGTERM, an error here): no run goes on unwatched
+        signal.signal(signal.SIGTERM, before)
         for process, log in running.values():
             process.terminate()
             process.wait()

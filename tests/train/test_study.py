@@ -439,7 +439,8 @@ def test_parallel_runs_match_one_at_a_time_and_a_failed_warm_up_costs_only_its_s
 
 @pytest.mark.slow
 def test_a_stopped_parallel_study_leaves_no_run_going(tiny_model_dir, tmp_path):
-    """Ctrl-C on `agentrl study --parallel`: its runs are stopped with it, not left running unwatched."""
+    """`agentrl study --parallel` stopped by SIGTERM (kill, a job scheduler; Ctrl-C takes the same
+    path, but a shell's background jobs ignore SIGINT): its runs stop with it, none left unwatched."""
     import signal
     import time
 
@@ -451,8 +452,8 @@ def test_a_stopped_parallel_study_leaves_no_run_going(tiny_model_dir, tmp_path):
     while not all(log.exists() for log in logs) and time.time() < deadline:
         time.sleep(0.5)
     assert all(log.exists() for log in logs), "both warm-ups should have started"
-    study.send_signal(signal.SIGINT)
-    assert study.wait(timeout=60) != 0
+    study.send_signal(signal.SIGTERM)
+    assert study.wait(timeout=60) == 128 + signal.SIGTERM
     running = subprocess.run(["pgrep", "-f", f"train.out_dir={tmp_path / 'study'}"], capture_output=True, text=True)
     assert running.stdout.strip() == "", f"runs left going: {running.stdout}"
     assert not (tmp_path / "study" / "seed-0" / "warmup" / "summary.json").exists()
