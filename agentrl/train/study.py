@@ -325,9 +325,9 @@ def _failure(run: Run, rc: int) -> str:
     return f"study run '{run.label}' failed (exit {rc}); see {run.out_dir / 'train.log'}"
 
 
-def run_one(study: StudyConfig, run: Run, env: dict[str, str] | None = None) -> None:
+def run_one(study: StudyConfig, run: Run) -> None:
     """``agentrl train BASE OVERRIDES`` in a subprocess (its progress lines pass through)."""
-    rc = subprocess.run(_command(study, run), env=env or os.environ.copy()).returncode
+    rc = subprocess.run(_command(study, run), env=os.environ.copy()).returncode
     if rc != 0 or not run.finished:
         raise AgentRLError(f"{_failure(run, rc)}. Fix the cause and re-run the study: finished runs are kept")
 

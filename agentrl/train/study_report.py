@@ -110,7 +110,7 @@ def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
             "eval_failed": eval_failed(run.out_dir),
             "held_out_means": s.get("held_out_means", {"before": {}, "after": {}}),  # outcome, f1, score...
             "same_start_as_baseline": None if base is None else base["eval_tasks"]["before"] == tasks["before"],
-            "own_eval_before": list(getattr(run, "own_eval", ())),  # evaluated itself: how its eval differs
+            "own_eval_before": list(run.own_eval),  # evaluated itself: how its eval differs
             "vs_baseline": None if base is None or run.method == study.baseline
             else _paired(base["eval_tasks"]["after"], tasks["after"]),
         }  # fmt: skip
