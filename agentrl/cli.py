@@ -359,6 +359,11 @@ def evaluate(
         "--max-new-tokens",
         help="Tokens per turn [AGENTRL_EVAL_MAX_NEW_TOKENS, 192; chat: the server's limit].",
     ),
+    max_context_tokens: int | None = typer.Option(
+        None,
+        "--max-context-tokens",
+        help="Token budget of a model episode's context [AGENTRL_EVAL_MAX_CONTEXT, 4096; chat: the server's limit].",
+    ),
     api_key_env: str | None = typer.Option(
         None, "--api-key-env", help="Environment variable holding the chat server's API key [OPENAI_API_KEY]."
     ),
@@ -401,6 +406,7 @@ def evaluate(
                 "request_timeout_s": request_timeout_s,
                 "max_retries": max_retries,
                 "max_new_tokens": max_new_tokens,
+                "max_context_tokens": max_context_tokens,
                 "api_key_env": api_key_env,
                 "tool_protocol": tool_protocol,
                 "images": images,

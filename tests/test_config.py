@@ -46,6 +46,7 @@ def test_a_mapping_given_to_a_field_replaces_it_a_section_mapping_merges(tmp_pat
         ("env.id=agentrl/Nope-v0", "env.id", None),
         ("train.sft_fold_share=1.5", "train.sft_fold_share", "must be in [0, 1]"),
         ("train.sft_fold_share=0.5", "train.fold_oracle", "FoldingSearchOracle"),
+        ("rollout.prefix_cache_tokens=-1", "rollout.prefix_cache_tokens", "(0 = off)"),
     ],
 )
 def test_bad_values_name_the_field_and_the_fix(override, field, fix):
@@ -67,3 +68,11 @@ def test_missing_file_and_bad_yaml(tmp_path):
 def test_every_field_has_help_text():
     rows = help_text()
     assert rows and all(text for _, _, text in rows), [name for name, _, text in rows if not text]
+
+
+def test_a_prefix_cache_budget_for_a_server_backend_is_refused():
+    overrides = ["rollout.backend=openai", "rollout.base_url=http://127.0.0.1:9/v1", "rollout.prefix_cache_tokens=4096"]
+    with pytest.raises(ConfigError) as info:
+        load_config(None, overrides)
+    assert info.value.field == "rollout.prefix_cache_tokens" and "only with backend=hf" in str(info.value)
+    assert load_config(None, overrides[:2]).rollout.prefix_cache_tokens is None

@@ -9,6 +9,7 @@ temperature 1 for pass@k.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -141,8 +142,12 @@ class ModelEvalConfig:
         )
 
 
-def build_generator(spec: AgentSpec, seed: int, settings: ModelEvalConfig) -> tuple[Any, Any]:
-    """(generator, tokenizer) for a model or openai agent spec."""
+def build_generator(
+    spec: AgentSpec, seed: int, settings: ModelEvalConfig, concurrency: int = 8
+) -> tuple[Any, Any]:
+    """(generator, tokenizer) for a model or openai agent spec; a local model decodes up to
+    ``concurrency`` episodes in one batch and keeps their K/V between turns (within a quarter of free
+    memory, printed)."""
     from agentrl.rollout.generators.base import make_generator
     from agentrl.rollout.generators.openai import served_model_name
     from agentrl.rollout.model import load_model, load_tokenizer
@@ -178,7 +183,13 @@ def build_generator(spec: AgentSpec, seed: int, settings: ModelEvalConfig) -> tu
         raise ConfigError(
             "agent", f"cannot load model {spec.label!r}: {exc}", "use smollm2-135m, an HF id or a folder"
         ) from exc
-    return make_generator("hf", model=model, tokenizer=tokenizer, seed=seed), tokenizer
+    from agentrl.rollout.generators.hf import prefix_cache_budget
+
+    tokens, why = prefix_cache_budget(model, concurrency * settings.max_context_tokens)
+    print(f"[eval] prefix cache: {why}", file=sys.stderr)
+    generator = make_generator("hf", model=model, tokenizer=tokenizer, seed=seed,
+                               max_batch_size=max(32, concurrency), prefix_cache_tokens=tokens)  # fmt: skip
+    return generator, tokenizer
 
 
 def run_model_jobs(
@@ -201,7 +212,7 @@ def run_model_jobs(
 
     budgets = settings or ModelEvalConfig.from_env()
     start = time.perf_counter()
-    generator, tokenizer = build_generator(spec, seed, budgets)
+    generator, tokenizer = build_generator(spec, seed, budgets, max(1, concurrency))
     setup_s = time.perf_counter() - start
     rollout = RolloutConfig(
         max_new_tokens=budgets.max_new_tokens,

@@ -88,6 +88,8 @@ class RolloutConfig:
     """With scope_judge=openai: model name to request ("" = the first one the server lists)."""
     scope_judge_timeout_s: float = 30.0
     """Timeout of one scope-judge call (an LLM judge that fails or times out fails its episode)."""
+    prefix_cache_tokens: int | None = None
+    """With backend=hf: K/V tokens the generator keeps between turns, so a turn prefills only what is new (~45 KiB a token for SmolLM2 in float32); unset = every episode in flight (concurrency x max_context_tokens), capped at a quarter of the memory free at start (the resolved number is printed and saved); 0 = off."""
     max_turns: int | None = None
     """Cap on generated turns per episode (branch, return and summary turns count); unset = from the env's own turn budget (env.max_turns) and the context strategy."""
 
@@ -112,6 +114,14 @@ class RolloutConfig:
         ):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}")
+        if self.prefix_cache_tokens is not None:
+            if self.prefix_cache_tokens < 0:
+                raise ConfigError(
+                    f"{prefix}.prefix_cache_tokens", f"must be >= 0 (0 = off), got {self.prefix_cache_tokens}"
+                )
+            if self.backend != "hf":
+                raise ConfigError(f"{prefix}.prefix_cache_tokens", f"has effect only with backend=hf, not {self.backend}",
+                                  "remove it (the server keeps its own cache)")  # fmt: skip
         self._check_process_rewards(prefix)
         check_choice(f"{prefix}.folding", self.folding, ("none", "branch", "summary"))
         check_choice(f"{prefix}.template_mode", self.template_mode, ("auto", "concat", "per_turn"))

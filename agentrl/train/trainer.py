@@ -294,9 +294,11 @@ def train(config: RunConfig) -> dict[str, Any]:
         policy.prepare_reference()
     pad_id = int(tokenizer.pad_token_id)
     if config.rollout.backend == "hf":
+        config = _resolve_prefix_cache(config, policy.model, progress)
         # one decode batch can hold every episode in flight
         generator = make_generator("hf", model=policy.model, tokenizer=tokenizer, seed=train_cfg.seed,
-                                   max_batch_size=max(32, config.rollout.concurrency))  # fmt: skip
+                                   max_batch_size=max(32, config.rollout.concurrency),
+                                   prefix_cache_tokens=config.rollout.prefix_cache_tokens)  # fmt: skip
     else:
         generator = make_generator(
             config.rollout.backend, model_name=config.model.name, dtype=config.model.dtype,
@@ -598,6 +600,20 @@ def _shared_summary(run_dir: str | Path) -> Path:
         raise ConfigError("train.eval_before_from", f"{run_dir} has no summary.json (not a finished run)",
                           "point it at a finished run's out_dir, or leave it empty to evaluate")  # fmt: skip
     return path
+
+
+def _resolve_prefix_cache(config: RunConfig, model: Any, progress: Any) -> RunConfig:
+    """``rollout.prefix_cache_tokens`` resolved (unset: every episode in flight, within a quarter of
+    free memory) and printed."""
+    from agentrl.rollout.generators.hf import kv_bytes_per_token, prefix_cache_budget
+
+    tokens = config.rollout.prefix_cache_tokens
+    if tokens is None:
+        tokens, why = prefix_cache_budget(model, config.rollout.concurrency * config.rollout.max_context_tokens)
+    else:
+        why = f"{tokens} tokens ({tokens * kv_bytes_per_token(model) / 2**30:.1f} GiB), as set"
+    progress.print(f"generator: hf, rollout.prefix_cache_tokens={tokens}: {why}")
+    return dataclasses.replace(config, rollout=dataclasses.replace(config.rollout, prefix_cache_tokens=tokens))
 
 
 def _check_same_eval(run_dir: str | Path, config: RunConfig) -> None:

@@ -284,3 +284,37 @@ def test_rows_that_stop_leave_the_batch_without_changing_the_others(tiny, tokeni
     assert cached.prefix_cache.reused_tokens - reused == sum(
         len(p) + len(o.ids) - 1 for p, o in zip(prompts, batched, strict=True)
     )
+
+
+def test_a_lock_step_wave_past_the_prefix_budget_keeps_the_rows_it_holds(tiny, tokenizer):
+    """Every row of a wave is read once per turn. With a budget for about half the wave, the rows
+    the cache holds when a turn starts are the rows that hit (reading first, storing after: storing
+    each prompt before the next row is read evicted the rows about to be read, down to no hit), no
+    prompt-only entry outlives its call, and the outputs equal a generator without a cache."""
+    rng = random.Random(1)
+    prompts = [[rng.randrange(100, 20_000) for _ in range(40 + i)] for i in range(8)]
+    sampling = SamplingParams(max_new_tokens=6, temperature=0.0, stop_ids=())
+    cached = HFGenerator(tiny, tokenizer, prefix_cache_tokens=300)
+    plain = HFGenerator(tiny, tokenizer, prefix_cache_tokens=0)
+    held_per_turn = []
+    for _turn in range(4):
+        cache = cached.prefix_cache
+        held = sum(
+            any(len(ids) >= 16 and tuple(p[: len(ids)]) == ids for ids, _ in cache.entries.values())
+            for p in prompts
+        )
+        hits = cache.hits
+        outs = cached.generate(prompts, sampling)
+        assert cache.hits - hits == held
+        held_per_turn.append(held)
+        for out, ref in zip(outs, plain.generate(prompts, sampling), strict=True):
+            assert out.ids == ref.ids
+        fed = {tuple(p + o.ids[:-1]) for p, o in zip(prompts, outs, strict=True)}
+        assert set(ids for ids, _ in cache.entries.values()) <= fed  # no prompt-only entry
+        assert cache.tokens == sum(len(ids) for ids, _ in cache.entries.values()) <= 300
+        prompts = [
+            p + o.ids + [rng.randrange(100, 20_000) for _ in range(10)]
+            for p, o in zip(prompts, outs, strict=True)
+        ]
+    # turn 0 has nothing cached; later turns hold what fits in 300 tokens of sequences of 50-100
+    assert held_per_turn[0] == 0 and all(2 <= h < 8 for h in held_per_turn[1:]), held_per_turn

@@ -8,6 +8,7 @@ it reports are computed from exactly the distribution each token was drawn from 
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -92,10 +93,9 @@ class PrefixCache:
         self.reused_tokens = 0
         self._next = 0
 
-    def lookup(self, prompt: Sequence[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
-        """Longest common prefix of ``prompt`` with any cached sequence (leaving >= 1 token to
-        prefill): ``(length, per-layer k/v views)``. Episodes share the system prompt and tools, and
-        group rollouts share the whole first prompt, so entries are read, never consumed."""
+    def find(self, prompt: Sequence[int]) -> tuple[int | None, int]:
+        """``(key, length)`` of the entry sharing the longest prefix with ``prompt`` (leaving >= 1
+        token to prefill), or ``(None, 0)`` when none shares 16+ tokens; no bookkeeping."""
         best_key, best_len = None, 0
         limit = len(prompt) - 1
         for key, (ids, _kv) in self.entries.items():
@@ -103,16 +103,40 @@ class PrefixCache:
             if n > best_len:
                 best_key, best_len = key, n
         if best_key is None or best_len < 16:  # tiny overlaps are not worth the copies
-            return 0, None
-        self.entries.move_to_end(best_key)
-        self.hits += 1
-        self.reused_tokens += best_len
-        _, kv = self.entries[best_key]
-        return best_len, [(k[:, :, :best_len], v[:, :, :best_len]) for k, v in kv]
+            return None, 0
+        return best_key, best_len
 
-    def store(self, ids: Sequence[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def view(self, key: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per-layer k/v views of entry ``key``'s first ``n`` positions."""
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in self.entries[key][1]]
+
+    def lookup(
+        self,
+        prompt: Sequence[int],
+        pinned: tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None] = (0, None),
+    ) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
+        """Longest common prefix of ``prompt`` with any cached sequence (leaving >= 1 token to
+        prefill): ``(length, per-layer k/v views)``. Episodes share the system prompt and tools, and
+        group rollouts share the whole first prompt, so entries are read, never consumed.
+        ``pinned``: ``(length, views)`` found earlier (see :meth:`find`), used when no entry held
+        now shares more."""
+        key, n = self.find(prompt)
+        if key is not None and n > pinned[0]:
+            self.entries.move_to_end(key)
+            kv = self.view(key, n)
+        else:
+            n, kv = pinned
+        if kv is None:
+            return 0, None
+        self.hits += 1
+        self.reused_tokens += n
+        return n, kv
+
+    def store(self, ids: Sequence[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> int | None:
+        """Keep ``kv`` for ``ids`` (dropping entries it extends, then the least recently used past
+        the budget); returns the entry's key, or None when it is longer than the whole budget."""
         if not ids or len(ids) > self.max_tokens:
-            return
+            return None
         ids = tuple(ids)
         for key, (old, _) in list(self.entries.items()):  # superseded: an earlier turn of this sequence
             if len(old) <= len(ids) and ids[: len(old)] == old:
@@ -124,10 +148,63 @@ class PrefixCache:
         while self.tokens > self.max_tokens and self.entries:
             _, (old, _) = self.entries.popitem(last=False)
             self.tokens -= len(old)
+        return self._next - 1 if self._next - 1 in self.entries else None
+
+    def discard(self, keys: Iterable[int | None]) -> None:
+        """Drop the entries ``keys`` (those still held)."""
+        for key in keys:
+            entry = self.entries.pop(key, None) if key is not None else None
+            if entry is not None:
+                self.tokens -= len(entry[0])
 
     def clear(self) -> None:
         self.entries.clear()
         self.tokens = 0
+
+
+def kv_bytes_per_token(model: Any) -> int:
+    """Bytes of K/V one cached token takes in ``model`` (all layers, keys and values)."""
+    cfg = model.config
+    cfg = getattr(cfg, "text_config", None) or cfg
+    heads = int(cfg.num_attention_heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    dtype = next(model.parameters()).dtype
+    return 2 * int(cfg.num_hidden_layers) * kv_heads * head_dim * torch.empty(0, dtype=dtype).element_size()
+
+
+def free_memory_bytes(device: torch.device) -> int:
+    """Memory free for new tensors on ``device``: the GPU's free memory, or the host's MemAvailable."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def prefix_cache_budget(model: Any, working_set: int, share: float = 0.25) -> tuple[int, str]:
+    """Prefix-cache tokens for ``working_set`` (the tokens of every episode in flight, e.g.
+    concurrency x max_context_tokens), capped at ``share`` of the memory free now.
+
+    A lock-step wave reads every episode's cache once per turn, so a budget below the working set
+    loses the rows it cannot hold; in a wave the cache and the decode batch hold the same rows at
+    different times (entries are dropped while their rows decode), so the budget adds little to the
+    peak. Returns ``(tokens, why)``."""
+    per_token = kv_bytes_per_token(model)
+    fit = int(share * free_memory_bytes(next(model.parameters()).device) / per_token)
+    tokens = max(0, min(working_set, fit))
+    size = f"{tokens * per_token / 2**30:.1f} GiB at {per_token / 1024:.0f} KiB/token"
+    if tokens == working_set:
+        return tokens, f"{tokens} tokens ({size}): every episode in flight"
+    return (
+        tokens,
+        f"{tokens} tokens ({size}): {share:.0%} of free memory, below the {working_set} of every episode in flight",
+    )
 
 
 @functools.cache
@@ -163,6 +240,18 @@ def _roomy_layer_class() -> type:
             self.keys, self.values = keys[:, :, : n + s], values[:, :, : n + s]
             return self.keys, self.values
 
+        def adopt(self, keys: torch.Tensor, values: torch.Tensor, n: int) -> None:
+            """Take ``keys``/``values`` ``[B, H, n + room, D]`` as the buffers, their first ``n``
+            positions filled (no copy)."""
+            self.lazy_initialization(keys, values)
+            self.buffers = (keys, values)
+            self.keys, self.values = keys[:, :, :n], values[:, :, :n]
+
+        def release(self) -> None:
+            """Let go of the buffers (the cache is done with)."""
+            self.buffers = None
+            self.keys = self.values = self.keys.new_empty(0)
+
         def batch_select_indices(self, indices: torch.Tensor) -> None:
             if self.buffers is not None:
                 n = self.get_seq_length()
@@ -181,21 +270,27 @@ def roomy_cache(room: int) -> Any:
     return cache
 
 
-def left_padded_cache(rows: list[list[tuple[torch.Tensor, torch.Tensor]]], room: int = 0) -> Any:
+def left_padded_cache(rows: list[list[tuple[torch.Tensor, torch.Tensor] | None]], room: int = 0) -> Any:
     """One batch cache (:func:`roomy_cache`) from per-row caches: ``rows[r][layer] = (keys, values)``
     of shape ``[1, H, T_r, D]``, left-padded with zeros to the longest row (the caller's attention
-    mask hides the pad positions)."""
-    length = max(row[0][0].shape[2] for row in rows)
+    mask hides the pad positions), with ``room`` spare positions.
+
+    Each row's layer is set to None once copied, so where nothing else holds the row tensors the
+    merge needs one batch copy plus one layer, not two copies of everything."""
+    length = max(row[0][0].shape[2] for row in rows)  # type: ignore[index]
     cache = roomy_cache(room)
     for layer in range(len(rows[0])):
-        k0, v0 = rows[0][layer]
-        keys = k0.new_zeros((len(rows), k0.shape[1], length, k0.shape[3]))  # [B, H, L, D]
-        values = v0.new_zeros((len(rows), v0.shape[1], length, v0.shape[3]))
+        k0, v0 = rows[0][layer]  # type: ignore[misc]
+        keys = k0.new_zeros((len(rows), k0.shape[1], length + room, k0.shape[3]))  # [B, H, L + room, D]
+        values = v0.new_zeros((len(rows), v0.shape[1], length + room, v0.shape[3]))
         for r, row in enumerate(rows):
-            k, v = row[layer]
-            keys[r, :, length - k.shape[2] :] = k[0]
-            values[r, :, length - v.shape[2] :] = v[0]
-        cache.update(keys, values, layer)
+            k, v = row[layer]  # type: ignore[misc]
+            keys[r, :, length - k.shape[2] : length] = k[0]
+            values[r, :, length - v.shape[2] : length] = v[0]
+            row[layer] = None
+        while len(cache.layers) <= layer:
+            cache.layers.append(cache.layer_class_to_replicate())
+        cache.layers[layer].adopt(keys, values, length)
     return cache
 
 
@@ -374,7 +469,7 @@ class HFGenerator(Generator):
                 use_cache=True,
             )
             logits = out.logits[:, -1, :]  # [B, V]
-        self._store_rows(cache, list(enumerate(rows)), prompts, ids, pads)
+        self._store_rows(cache, list(enumerate(rows)), prompts, ids, pads, release=True)
         total_s = time.perf_counter() - t0
         timings = {"prefill_s": prefill_s, "generate_s": total_s, "batch": float(batch)}
         return [
@@ -400,19 +495,24 @@ class HFGenerator(Generator):
         prompts: list[Sequence[int]],
         ids: list[list[int]],
         pads: list[int],
+        *,
+        release: bool = False,
     ) -> None:
         """Put the K/V of ``(cache row, prompt index)`` pairs in the prefix cache: prompt + sampled ids
-        but the last (never fed)."""
+        but the last (never fed). ``release``: the batch is done, so each layer's buffers are let go
+        once copied (one batch copy plus one layer at a time, not two)."""
         if self.prefix_cache is None:
             return
-        for r, b in rows:
-            fed = list(prompts[b]) + ids[b][:-1]
-            span = slice(pads[b], pads[b] + len(fed))
-            kv = [
-                (layer.keys[r : r + 1, :, span].clone(), layer.values[r : r + 1, :, span].clone())
-                for layer in cache.layers
-            ]
-            self.prefix_cache.store(fed, kv)
+        fed = [list(prompts[b]) + ids[b][:-1] for _, b in rows]
+        spans = [slice(pads[b], pads[b] + len(f)) for (_, b), f in zip(rows, fed, strict=True)]
+        kvs: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in rows]
+        for layer in cache.layers:
+            for kv, (r, _), span in zip(kvs, rows, spans, strict=True):
+                kv.append((layer.keys[r : r + 1, :, span].clone(), layer.values[r : r + 1, :, span].clone()))
+            if release:
+                layer.release()
+        for f, kv in zip(fed, kvs, strict=True):
+            self.prefix_cache.store(f, kv)
 
     def _prefill_with_prefix_cache(
         self, prompts: list[Sequence[int]], room: int
@@ -424,9 +524,18 @@ class HFGenerator(Generator):
         """
         assert self.prefix_cache is not None
         device = self.device
-        rows_kv, rows_logits = [], []
+        # Each row's cached prefix is found (and held) before any prompt is stored: in a lock-step
+        # wave the least recently used entries are the rows about to be read, so storing first
+        # would evict them one by one and no row would hit once the wave outgrows the budget.
+        pins: list[Any] = []
         for prompt in prompts:
-            n, kv = self.prefix_cache.lookup(prompt)
+            key, n = self.prefix_cache.find(prompt)
+            pins.append((n, self.prefix_cache.view(key, n)) if key is not None else (0, None))
+        rows_kv: list[list[Any]] = []
+        rows_logits, prompt_keys = [], []
+        for row, prompt in enumerate(prompts):
+            n, kv = self.prefix_cache.lookup(prompt, pins[row])
+            pins[row] = None
             row_cache = roomy_cache(0)
             if kv is not None:
                 for layer, (k, v) in enumerate(kv):
@@ -441,7 +550,11 @@ class HFGenerator(Generator):
             rows_logits.append(logits[0])
             rows_kv.append([(layer.keys, layer.values) for layer in row_cache.layers])
             # later rows of this batch (group rollouts of one task) reuse this prompt at once
-            self.prefix_cache.store(prompt, rows_kv[-1])
+            prompt_keys.append(self.prefix_cache.store(prompt, rows_kv[-1]))
+        del row_cache
+        # Every row stores prompt + sampled ids when it ends, which covers its prompt: the prompt
+        # entries would only double the batch's K/V while it decodes.
+        self.prefix_cache.discard(prompt_keys)
         length = max(len(p) for p in prompts)
         pads = [length - len(p) for p in prompts]
         attention = torch.zeros((len(prompts), length), dtype=torch.long, device=device)

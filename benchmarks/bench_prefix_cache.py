@@ -1,0 +1,116 @@
+"""The HF generator's prefix cache over a lock-step multi-turn wave: prefill work, time and peak RSS.
+
+A wave of R episodes, each turn one batched ``generate`` over every episode's prompt (as a held-out
+eval or a training rollout runs them), each prompt the previous one + the sampled tokens + an
+observation. Three prefix-cache budgets, each in a fresh process (peak RSS is per process): off,
+65,536 tokens (the generator's default, and the trainer's until 2026-11-27) and every episode in
+flight (R x the longest prompt + new tokens, what the trainer and `agentrl eval` now resolve when
+memory allows). Reported per budget: prompt tokens prefilled (the rest reused from the cache),
+rows that hit per turn, wall time, and the peak RSS (per turn and overall).
+
+    python benchmarks/bench_prefix_cache.py            # SmolLM2-135M, 32 episodes, 4 turns to 1,400 tokens
+    python benchmarks/bench_prefix_cache.py --quick    # 4 episodes, 2 turns, first prompt 64 tokens (CI)
+    python benchmarks/bench_prefix_cache.py --json out.json
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from common import Row, parser, print_table, write_json  # noqa: E402
+
+
+def peak_rss_gb() -> float:
+    with open("/proc/self/status") as fh:
+        return next(int(x.split()[1]) for x in fh if x.startswith("VmHWM")) / 2**20
+
+
+def reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as fh:  # Linux: VmHWM back to the current RSS
+        fh.write("5")
+
+
+def child(budget: int, rows: int, turns: int, first: int, obs: int, new: int, threads: int) -> dict:
+    """One wave in this process; returns its counts, times and peak RSS."""
+    import torch
+
+    from agentrl.rollout.generators.base import SamplingParams
+    from agentrl.rollout.generators.hf import HFGenerator
+    from agentrl.rollout.model import load_model
+
+    torch.set_num_threads(threads)
+    model, tokenizer = load_model("smollm2-135m")
+    gen = HFGenerator(model, tokenizer, max_batch_size=rows, prefix_cache_tokens=budget)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(100, 49_000) for _ in range(first)] for _ in range(rows)]
+    sampling = SamplingParams(max_new_tokens=new, temperature=1.0, seed=1, stop_ids=())
+    base_rss, prefilled, hits, wall, peaks = peak_rss_gb(), 0, [], 0.0, []
+    for _turn in range(turns):
+        reset_peak()
+        cache = gen.prefix_cache
+        h0, r0 = (cache.hits, cache.reused_tokens) if cache else (0, 0)
+        t0 = time.perf_counter()
+        outs = gen.generate(prompts, sampling)
+        wall += time.perf_counter() - t0
+        reused = cache.reused_tokens - r0 if cache else 0
+        prefilled += sum(len(p) for p in prompts) - reused
+        hits.append(cache.hits - h0 if cache else 0)
+        peaks.append(peak_rss_gb())
+        prompts = [p + o.ids + [rng.randrange(100, 49_000) for _ in range(obs)] for p, o in zip(prompts, outs, strict=True)]
+    return {"prefilled": prefilled, "hits": hits, "wall_s": wall, "peaks_gb": peaks, "model_rss_gb": base_rss}
+
+
+def main() -> int:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--child", type=int, default=None, help=argparse_hidden())
+    args = p.parse_args()
+    rows, turns, first, obs, new = (4, 2, 64, 24, 4) if args.quick else (32, 4, 400, 280, 48)
+    if args.child is not None:
+        print(json.dumps(child(args.child, rows, turns, first, obs, new, args.threads)))
+        return 0
+    longest = first + (turns - 1) * (new + obs) + new
+    budgets = [("off", 0), ("65,536 tokens", 65_536), (f"every episode ({rows} x {longest})", rows * longest)]
+    results = {}
+    for label, budget in budgets:
+        cmd = [sys.executable, __file__, "--child", str(budget), "--threads", str(args.threads)]
+        done = subprocess.run(cmd + (["--quick"] if args.quick else []), capture_output=True, text=True)
+        if done.returncode != 0:
+            print(done.stderr[-3000:], file=sys.stderr)
+            return 1
+        results[label] = json.loads(done.stdout.strip().splitlines()[-1])
+        r = results[label]
+        print(f"done {label}: {r['wall_s']:.1f}s, hits per turn {r['hits']}", flush=True)
+    off = results["off"]
+    out: list[Row] = []
+    for label, _ in budgets:
+        r = results[label]
+        base = None if label == "off" else "off"
+        out += [
+            Row(f"{label}: prompt tokens prefilled", r["prefilled"], "tok", base, off["prefilled"] if base else None),
+            Row(f"{label}: rows that hit, per turn", sum(r["hits"]), "rows", note=" / ".join(map(str, r["hits"]))),
+            Row(f"{label}: generate wall time, all turns", r["wall_s"], "s", base, off["wall_s"] if base else None),
+            Row(f"{label}: peak RSS", max(r["peaks_gb"]), "GiB", base, max(off["peaks_gb"]) if base else None,
+                note=f"per turn {' / '.join(f'{x:.2f}' for x in r['peaks_gb'])}; model loaded {r['model_rss_gb']:.2f}"),
+        ]  # fmt: skip
+    print_table(out, f"prefix cache: SmolLM2-135M, {rows} episodes in lock step, {turns} turns, prompts "
+                     f"{first} -> {longest - new} tokens, {new} new tokens/turn, {args.threads} torch thread(s)")  # fmt: skip
+    write_json(args.json_path, "prefix_cache", out, args.quick)
+    return 0
+
+
+def argparse_hidden() -> str:
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
