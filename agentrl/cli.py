@@ -387,6 +387,12 @@ def evaluate(
         help="Share of episodes that may crash (scored as unsolved) before the command exits 1; the "
         "outputs are written either way.",
     ),
+    replays: int = typer.Option(
+        2,
+        "--replays",
+        help="Rounds of re-running crashed episodes (same task and seed; not when every episode crashed); "
+        "earlier errors are kept in each record's replayed_errors.",
+    ),
 ) -> None:
     """Evaluate an agent on a suite and write a report."""
     from agentrl.eval.runner import run_eval
@@ -413,6 +419,7 @@ def evaluate(
             },
             ray=ray,
             max_failed=max_failed,
+            replays=replays,
         )
     )
 

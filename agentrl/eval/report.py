@@ -222,6 +222,15 @@ def write_report(records: Sequence[dict[str, Any]], metrics: dict[str, Any], out
     errors = error_lines(records)
     if errors:
         lines += ["", "## Episode errors", "", *errors]
+    replayed = [r for r in records if r.get("replayed_errors")]
+    if replayed:
+        lines += ["", f"## Replayed episodes ({len(replayed)})", "",
+                  f"Crashed, then run again with the same task and seed (`--replays {metrics.get('replays')}`); "
+                  "the result above is the last run's.", ""]  # fmt: skip
+        for r in replayed:
+            first = str(r["replayed_errors"][0]).replace("\n", " ")[:300]
+            now = "crashed again" if r.get("error") else f"success {r['success']:g}"
+            lines.append(f"- {r['episode_id']}: {len(r['replayed_errors'])} crash(es), then {now}; first: {first}")
     lines += ["", "## Results by subset", "", *table_lines(metrics), "", "## Failure buckets", ""]
     lines += [
         *bucket_lines(metrics),

@@ -190,6 +190,42 @@ def run_model(
     )
 
 
+def replay_crashed(
+    jobs: Sequence[Job],
+    results: list[tuple[Episode, float]],
+    run: Callable[[Sequence[Job]], tuple[list[tuple[Episode, float]], float]],
+    rounds: int,
+    *,
+    whole_groups: bool = False,
+) -> tuple[list[tuple[Episode, float]], list[list[str]], float]:
+    """Re-run crashed episodes (an env, sandbox, server or generator error) up to ``rounds`` times,
+    each with its own job (task and seed), as the trainer's held-out eval does; an episode that
+    crashes every time stays crashed (scored unsolved, bounded by ``--max-failed``). Nothing is
+    replayed when every episode crashed (a server that is down or a bad setting: replaying would only
+    repeat it). ``whole_groups``: the rollout engine runs a task's samples as one group, so a crashed
+    sample replays its whole group and only the crashed ones are replaced.
+
+    Returns ``(results, the earlier errors of each job, setup seconds of the replays)``."""
+    results, errors, setup_s = list(results), [[] for _ in jobs], 0.0
+    for attempt in range(1, rounds + 1):
+        crashed = [i for i, (episode, _) in enumerate(results) if episode.failed]
+        if not crashed or len(crashed) == len(results):
+            break
+        print(f"[eval] {len(crashed)} of {len(results)} episodes crashed (first: {results[crashed[0]][0].error}); "
+              f"replaying them ({attempt}/{rounds}, --replays)", file=sys.stderr)  # fmt: skip
+        rerun = crashed
+        if whole_groups:
+            tasks = {(jobs[i].part.env_id, jobs[i].task.id) for i in crashed}
+            rerun = [i for i, job in enumerate(jobs) if (job.part.env_id, job.task.id) in tasks]
+        again, seconds = run([jobs[i] for i in rerun])
+        setup_s += seconds
+        for i, result in zip(rerun, again, strict=True):
+            if results[i][0].failed:
+                errors[i].append(str(results[i][0].error))
+                results[i] = result
+    return results, errors, setup_s
+
+
 # --------------------------------------------------------------------------- entry points
 def evaluate(
     suite: str | Suite,
@@ -200,10 +236,12 @@ def evaluate(
     seed: int = 0,
     settings: ModelEvalConfig | None = None,
     ray: str | None = None,
+    replays: int = 2,
 ) -> EvalResult:
     """Run ``agent`` on ``suite`` and return the records, the aggregate metrics and the episodes.
 
     ``settings``: budgets and request settings of model agents (default: ``AGENTRL_EVAL_*`` variables).
+    ``replays``: rounds of re-running crashed episodes (see :func:`replay_crashed`).
     """
     import agentrl.eval.suites  # noqa: F401  (registers the suites)
 
@@ -218,22 +256,33 @@ def evaluate(
         for i, (part, task) in enumerate(selected)
         for sample in range(suite_obj.k)
     ]
+    if replays < 0:
+        raise ConfigError("replays", f"must be >= 0, got {replays}", "pass --replays 2 (0 = no replays)")
     remote = ray_envs(suite_obj, ray) if ray else None  # envs in Ray actors (--ray)
     start = time.perf_counter()
     setup_s = 0.0
     transcripts: list[dict[str, Any]] = []
-    try:
+
+    def run(part_jobs: Sequence[Job]) -> tuple[list[tuple[Episode, float]], float]:
         if spec.kind in ("oracle", "random"):
-            results = run_scripted(suite_obj, jobs, scripted_factory(spec, suite_obj), concurrency, remote)
-        else:
-            results, setup_s = run_model(
-                suite_obj, jobs, spec, concurrency, seed, settings, transcripts, remote
-            )
+            return run_scripted(
+                suite_obj, part_jobs, scripted_factory(spec, suite_obj), concurrency, remote
+            ), 0.0
+        return run_model(suite_obj, part_jobs, spec, concurrency, seed, settings, transcripts, remote)
+
+    try:
+        results, setup_s = run(jobs)
+        results, replay_errors, replay_setup_s = replay_crashed(
+            jobs, results, run, replays, whole_groups=spec.kind in ("model", "openai")
+        )
+        setup_s += replay_setup_s
     finally:
         for pool in (remote or {}).values():
             pool.shutdown()
     wall = time.perf_counter() - start - setup_s
     records = [episode_record(suite_obj, job, ep, s) for job, (ep, s) in zip(jobs, results, strict=True)]
+    for record, errors in zip(records, replay_errors, strict=True):
+        record["replayed_errors"] = errors
     metrics = {
         "suite": suite if isinstance(suite, str) else suite_obj.name,
         "agent": spec.label,
@@ -257,6 +306,8 @@ def evaluate(
             if t.payload.get("attachment_problem")
         ],
         "settings": settings.as_dict() if spec.kind not in ("oracle", "random") else {},
+        "replays": replays,
+        "replayed_episodes": sum(1 for errors in replay_errors if errors),
         **aggregate(records, suite_obj.metrics, suite_obj.k),
     }
     return EvalResult(records, metrics, [ep for ep, _ in results], transcripts)
@@ -280,6 +331,7 @@ def run_eval(
     settings: dict[str, Any] | None = None,
     ray: str | None = None,
     max_failed: float = 0.05,
+    replays: int = 2,
 ) -> int:
     """The ``agentrl eval`` command: evaluate, write the outputs, print the table. Returns the exit code:
     0, 2 for bad input, 1 when more than ``max_failed`` of the episodes crashed (they are scored as
@@ -300,7 +352,7 @@ def run_eval(
         command += ["--suite-option", item]
     command += ["--limit", str(limit)] if limit is not None else []
     command += ["--concurrency", str(concurrency), "--seed", str(seed)] + (["--ray", ray] if ray else [])
-    command += ["--max-failed", str(max_failed)]
+    command += ["--max-failed", str(max_failed), "--replays", str(replays)]
     for name, value in settings.items():
         option = SETTING_SOURCES[name][0]
         if isinstance(value, bool):
@@ -311,7 +363,8 @@ def run_eval(
         suite_obj = parse_suite(suite, suite_options)
         resolved = ModelEvalConfig.resolve(**settings)
         kind = parse_agent(agent).kind
-        print(f"[eval] max_failed = {max_failed:g}  (--max-failed, default 0.05)", file=sys.stderr)
+        print(f"[eval] max_failed = {max_failed:g}  (--max-failed, default 0.05); replays = {replays}  "
+              "(--replays, default 2)", file=sys.stderr)  # fmt: skip
         if kind not in ("oracle", "random"):
             print(f"[eval] model agent settings:\n{resolved.describe(kind)}", file=sys.stderr)
         elif settings:
@@ -319,8 +372,9 @@ def run_eval(
                 f"[eval] warning: {', '.join(settings)} unused: {agent} is a scripted agent", file=sys.stderr
             )
         result = evaluate(
-            suite_obj, agent, limit=limit, concurrency=concurrency, seed=seed, settings=resolved, ray=ray
-        )
+            suite_obj, agent, limit=limit, concurrency=concurrency, seed=seed, settings=resolved, ray=ray,
+            replays=replays,
+        )  # fmt: skip
     except AgentRLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -94,13 +94,23 @@ def write_gaia_download(root: Path, *, hang: bool = False, extra: int = 0) -> li
     return records
 
 
+def _hang_now(server: Any) -> bool:
+    """Whether this request of a HANG task hangs (``hang_times`` None: every one)."""
+    if server.hang_times is not None and server.hung >= server.hang_times:
+        return False
+    server.hung += 1
+    return True
+
+
 class ScriptedChat:
     """The scripted chat server's state and app (see the module doc)."""
 
-    def __init__(self, records: list[dict[str, Any]], mode: str = "answer"):
+    def __init__(self, records: list[dict[str, Any]], mode: str = "answer", hang_times: int | None = None):
         self.records = records
         self.mode = mode
         self.requests = 0
+        self.hang_times = hang_times  # a HANG task hangs this many times, then answers (None: always)
+        self.hung = 0
         self.tool_results: dict[str, str] = {}  # task id -> the tool / observation content it got
         self.bodies: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -143,7 +153,7 @@ class ScriptedChat:
         self.bodies.append(body)
         messages = body["messages"]
         task = self._task(messages)
-        if "HANG" in task["Question"]:
+        if "HANG" in task["Question"] and _hang_now(self):
             for _ in range(600):  # until the client gives up (then the server can shut down)
                 if await request.is_disconnected():
                     break
@@ -182,11 +192,15 @@ class ScriptedCompletions:
     """A token-id completions server (vLLM's ``return_token_ids`` convention) that answers GAIA
     questions with their gold answer; modes and ``HANG`` as :class:`ScriptedChat`."""
 
-    def __init__(self, records: list[dict[str, Any]], tokenizer: Any, mode: str = "answer"):
+    def __init__(
+        self, records: list[dict[str, Any]], tokenizer: Any, mode: str = "answer", hang_times: int | None = None
+    ):
         self.records = records
         self.tokenizer = tokenizer
         self.mode = mode
         self.requests = 0
+        self.hang_times = hang_times
+        self.hung = 0
         self.app = Starlette(routes=[Route("/v1/completions", self.complete, methods=["POST"])])
 
     async def complete(self, request: Request) -> Response:
@@ -196,7 +210,7 @@ class ScriptedCompletions:
         body = await request.json()
         prompt = self.tokenizer.decode(body["prompt"])
         task = next(r for r in self.records if r["Question"] in prompt)
-        if "HANG" in task["Question"]:
+        if "HANG" in task["Question"] and _hang_now(self):
             for _ in range(600):
                 if await request.is_disconnected():
                     break

@@ -135,6 +135,62 @@ def test_agentrl_eval_exits_1_when_more_episodes_crash_than_max_failed(tmp_path:
     assert "--max-failed must be a share in [0, 1], got 1.5" in capsys.readouterr().err
 
 
+def test_a_crashed_episode_is_replayed_and_keeps_its_first_error(tmp_path: Path, capsys) -> None:
+    """`agentrl eval`'s path: a task whose first request hangs (a sporadic crash) is replayed with its
+    own task and seed and solved; the record keeps the first error, metrics count the replay, and the
+    run passes --max-failed. With --replays 0 the same run crashes that episode and exits 1."""
+    from agentrl.eval.runner import run_eval
+
+    records = write_gaia_download(tmp_path / "gaia", hang=True, extra=2)
+    codes = {}
+    for replays in (2, 0):
+        server = ScriptedChat(records, hang_times=1)
+        out = tmp_path / f"out-{replays}"
+        with BackgroundServer(server.app) as http:
+            codes[replays] = run_eval(
+                suite="gaia", agent=f"chat:{http.url}#scripted", suite_options=[f"data_dir={tmp_path / 'gaia'}", "python=false"],
+                concurrency=4, out=out, settings={"episode_timeout_s": 3, "request_timeout_s": 10, "max_retries": 0}, replays=replays,
+            )  # fmt: skip
+        metrics = json.loads((out / "metrics.json").read_text())
+        by_id = {r["task_id"]: r for r in map(json.loads, (out / "records.jsonl").read_text().splitlines())}
+        hung = by_id.pop("t-hang")
+        assert all(r["error"] is None and r["success"] == 1.0 and r["replayed_errors"] == [] for r in by_id.values())
+        assert (metrics["replays"], "--replays " + str(replays) in metrics["command"]) == (replays, True)
+        if replays:
+            assert hung["success"] == 1.0 and hung["error"] is None
+            assert len(hung["replayed_errors"]) == 1 and "episode timeout after 3s" in hung["replayed_errors"][0]
+            assert (metrics["replayed_episodes"], metrics["episode_errors"]) == (1, 0)
+            report = (out / "report.md").read_text()
+            assert "## Replayed episodes (1)" in report and "- t-hang#0: 1 crash(es), then success 1; first: " in report
+        else:
+            assert hung["success"] == 0.0 and "episode timeout after 3s" in hung["error"]
+            assert (metrics["replayed_episodes"], metrics["episode_errors"]) == (0, 1)
+    assert codes == {2: 0, 0: 1}
+    err = capsys.readouterr().err
+    assert "[eval] 1 of 12 episodes crashed (first: agentrl.errors.EpisodeError: episode timeout after 3s" in err
+    assert "replaying them (1/2, --replays)" in err
+
+
+def test_a_crashed_sample_of_a_token_level_agent_replays_its_group(tmp_path: Path) -> None:
+    """The rollout engine runs a task's k samples as one group: a crashed sample replays the group,
+    and only the crashed sample is replaced."""
+    from chat_servers import ScriptedCompletions
+
+    from agentrl.rollout.model import load_tokenizer
+
+    records = write_gaia_download(tmp_path, hang=True, extra=3)
+    server = ScriptedCompletions(records, load_tokenizer("smollm2-135m"), hang_times=1)
+    settings = ModelEvalConfig.resolve(episode_timeout_s=3, request_timeout_s=1, max_retries=0)
+    suite = parse_suite("gaia:k=2,python=false", [f"data_dir={tmp_path}"])
+    with BackgroundServer(server.app) as http:
+        result = evaluate(suite, f"openai:{http.url}#smollm2-135m", concurrency=4, settings=settings, replays=1)
+    hung = [r for r in result.records if r["task_id"] == "t-hang"]
+    assert len(hung) == 2 and all(r["error"] is None and r["success"] == 1.0 for r in hung)
+    assert sorted(len(r["replayed_errors"]) for r in hung) == [0, 1]
+    assert result.metrics["replayed_episodes"] == 1 and server.hung == 1
+    assert all(r["error"] is None for r in result.records)
+
+
 @pytest.mark.parametrize("mode", ["500", "garbage"])
 def test_a_failing_server_fails_every_episode_fast(tmp_path: Path, mode: str) -> None:
     records = write_gaia_download(tmp_path, extra=30)
