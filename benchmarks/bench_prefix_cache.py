@@ -4,11 +4,11 @@ A wave of R episodes, each turn one batched ``generate`` over every episode's pr
 eval or a training rollout runs them), each prompt the previous one + the sampled tokens + an
 observation. Three prefix-cache budgets, each in a fresh process (peak RSS is per process): off,
 65,536 tokens (the generator's default, and the trainer's until 2026-11-27) and every episode in
-flight (R x the longest prompt + new tokens, what the trainer and `agentrl eval` now resolve when
+flight (R x the longest prompt + new tokens; the trainer and `agentrl eval` now resolve at least this when
 memory allows). Reported per budget: prompt tokens prefilled (the rest reused from the cache),
 rows that hit per turn, wall time, and the peak RSS (per turn and overall).
 
-    python benchmarks/bench_prefix_cache.py            # SmolLM2-135M, 32 episodes, 4 turns to 1,400 tokens
+    python benchmarks/bench_prefix_cache.py            # SmolLM2-135M, 64 episodes (the quickstart's wave), 4 turns to 1,344 tokens
     python benchmarks/bench_prefix_cache.py --quick    # 4 episodes, 2 turns, first prompt 64 tokens (CI)
     python benchmarks/bench_prefix_cache.py --json out.json
 """
@@ -72,7 +72,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--child", type=int, default=None, help=argparse_hidden())
     args = p.parse_args()
-    rows, turns, first, obs, new = (4, 2, 64, 24, 4) if args.quick else (32, 4, 400, 280, 48)
+    rows, turns, first, obs, new = (4, 2, 64, 24, 4) if args.quick else (64, 4, 300, 300, 48)
     if args.child is not None:
         print(json.dumps(child(args.child, rows, turns, first, obs, new, args.threads)))
         return 0

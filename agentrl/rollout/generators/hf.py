@@ -187,9 +187,13 @@ def free_memory_bytes(device: torch.device) -> int:
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
-def prefix_cache_budget(model: Any, working_set: int, share: float = 0.25) -> tuple[int, str]:
+def prefix_cache_budget(
+    model: Any, working_set: int, share: float = 0.25, floor: int = 65_536
+) -> tuple[int, str]:
     """Prefix-cache tokens for ``working_set`` (the tokens of every episode in flight, e.g.
-    concurrency x max_context_tokens), capped at ``share`` of the memory free now.
+    concurrency x max_context_tokens), at least ``floor`` (the generator's default, so a small wave
+    keeps earlier episodes' prefixes, e.g. its group's shared prompt, as before), capped at ``share``
+    of the memory free now.
 
     A lock-step wave reads every episode's cache once per turn, so a budget below the working set
     loses the rows it cannot hold; in a wave the cache and the decode batch hold the same rows at
@@ -197,10 +201,16 @@ def prefix_cache_budget(model: Any, working_set: int, share: float = 0.25) -> tu
     peak. Returns ``(tokens, why)``."""
     per_token = kv_bytes_per_token(model)
     fit = int(share * free_memory_bytes(next(model.parameters()).device) / per_token)
-    tokens = max(0, min(working_set, fit))
+    wanted = max(working_set, floor)
+    tokens = max(0, min(wanted, fit))
     size = f"{tokens * per_token / 2**30:.1f} GiB at {per_token / 1024:.0f} KiB/token"
     if tokens == working_set:
         return tokens, f"{tokens} tokens ({size}): every episode in flight"
+    if tokens == wanted:
+        return (
+            tokens,
+            f"{tokens} tokens ({size}): the default, above the {working_set} of every episode in flight",
+        )
     return (
         tokens,
         f"{tokens} tokens ({size}): {share:.0%} of free memory, below the {working_set} of every episode in flight",
