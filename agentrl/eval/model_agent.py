@@ -146,8 +146,8 @@ def build_generator(
     spec: AgentSpec, seed: int, settings: ModelEvalConfig, concurrency: int = 8
 ) -> tuple[Any, Any]:
     """(generator, tokenizer) for a model or openai agent spec; a local model decodes up to
-    ``concurrency`` episodes in one batch and keeps their K/V between turns (within a quarter of free
-    memory, printed)."""
+    ``concurrency`` episodes in one batch and keeps their K/V between turns (within a quarter of the
+    machine's memory, printed)."""
     from agentrl.rollout.generators.base import make_generator
     from agentrl.rollout.generators.openai import served_model_name
     from agentrl.rollout.model import load_model, load_tokenizer

@@ -89,7 +89,7 @@ class RolloutConfig:
     scope_judge_timeout_s: float = 30.0
     """Timeout of one scope-judge call (an LLM judge that fails or times out fails its episode)."""
     prefix_cache_tokens: int | None = None
-    """With backend=hf: K/V tokens the generator keeps between turns, so a turn prefills only what is new (~45 KiB a token for SmolLM2 in float32); unset = every episode in flight (concurrency x max_context_tokens, at least 65,536), capped at a quarter of the memory free at start (the resolved number is printed and saved); 0 = off."""
+    """With backend=hf: K/V tokens the generator keeps between turns, so a turn prefills only what is new (~45 KiB a token for SmolLM2 in float32); unset = every episode in flight (concurrency x max_context_tokens, at least 65,536), capped at a quarter of the machine's memory (RAM, or the GPU's) (the resolved number is printed and saved); 0 = off."""
     max_turns: int | None = None
     """Cap on generated turns per episode (branch, return and summary turns count); unset = from the env's own turn budget (env.max_turns) and the context strategy."""
 

@@ -604,7 +604,7 @@ def _shared_summary(run_dir: str | Path) -> Path:
 
 def _resolve_prefix_cache(config: RunConfig, model: Any, progress: Any) -> RunConfig:
     """``rollout.prefix_cache_tokens`` resolved (unset: every episode in flight, within a quarter of
-    free memory) and printed."""
+    the machine's memory) and printed."""
     from agentrl.rollout.generators.hf import kv_bytes_per_token, prefix_cache_budget
 
     tokens = config.rollout.prefix_cache_tokens

@@ -173,18 +173,13 @@ def kv_bytes_per_token(model: Any) -> int:
     return 2 * int(cfg.num_hidden_layers) * kv_heads * head_dim * torch.empty(0, dtype=dtype).element_size()
 
 
-def free_memory_bytes(device: torch.device) -> int:
-    """Memory free for new tensors on ``device``: the GPU's free memory, or the host's MemAvailable."""
+def memory_bytes(device: torch.device) -> int:
+    """Total memory of ``device``: the GPU's, or the host's RAM. Total, not free, so one machine
+    resolves the same budget every run (a budget that moved with free memory would change which
+    prefixes are reused, and so the sampler's float rounding, between runs of one seed)."""
     if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
 def prefix_cache_budget(
@@ -193,14 +188,14 @@ def prefix_cache_budget(
     """Prefix-cache tokens for ``working_set`` (the tokens of every episode in flight, e.g.
     concurrency x max_context_tokens), at least ``floor`` (the generator's default, so a small wave
     keeps earlier episodes' prefixes, e.g. its group's shared prompt, as before), capped at ``share``
-    of the memory free now.
+    of the device's memory.
 
     A lock-step wave reads every episode's cache once per turn, so a budget below the working set
     loses the rows it cannot hold; in a wave the cache and the decode batch hold the same rows at
     different times (entries are dropped while their rows decode), so the budget adds little to the
     peak. Returns ``(tokens, why)``."""
     per_token = kv_bytes_per_token(model)
-    fit = int(share * free_memory_bytes(next(model.parameters()).device) / per_token)
+    fit = int(share * memory_bytes(next(model.parameters()).device) / per_token)
     wanted = max(working_set, floor)
     tokens = max(0, min(wanted, fit))
     size = f"{tokens * per_token / 2**30:.1f} GiB at {per_token / 1024:.0f} KiB/token"
@@ -213,7 +208,7 @@ def prefix_cache_budget(
         )
     return (
         tokens,
-        f"{tokens} tokens ({size}): {share:.0%} of free memory, below the {working_set} of every episode in flight",
+        f"{tokens} tokens ({size}): {share:.0%} of the memory, below the {working_set} of every episode in flight",
     )
 
 
