@@ -15,6 +15,7 @@ rows that hit per turn, wall time, and the peak RSS (per turn and overall).
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import subprocess
@@ -70,7 +71,7 @@ def child(budget: int, rows: int, turns: int, first: int, obs: int, new: int, th
 def main() -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--child", type=int, default=None, help=argparse_hidden())
+    p.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     rows, turns, first, obs, new = (4, 2, 64, 24, 4) if args.quick else (64, 4, 300, 300, 48)
     if args.child is not None:
@@ -104,12 +105,6 @@ def main() -> int:
                      f"{first} -> {longest - new} tokens, {new} new tokens/turn, {args.threads} torch thread(s)")  # fmt: skip
     write_json(args.json_path, "prefix_cache", out, args.quick)
     return 0
-
-
-def argparse_hidden() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
 
 
 if __name__ == "__main__":

@@ -93,13 +93,17 @@ class PrefixCache:
         self.reused_tokens = 0
         self._next = 0
 
-    def find(self, prompt: Sequence[int]) -> tuple[int | None, int]:
-        """``(key, length)`` of the entry sharing the longest prefix with ``prompt`` (leaving >= 1
-        token to prefill), or ``(None, 0)`` when none shares 16+ tokens; no bookkeeping."""
+    def find(
+        self, prompt: Sequence[int], among: Iterable[int | None] | None = None
+    ) -> tuple[int | None, int]:
+        """``(key, length)`` of the entry (of those held, or of the keys ``among`` still held)
+        sharing the longest prefix with ``prompt`` (leaving >= 1 token to prefill), or ``(None, 0)``
+        when none shares 16+ tokens; no bookkeeping."""
         best_key, best_len = None, 0
         limit = len(prompt) - 1
-        for key, (ids, _kv) in self.entries.items():
-            n = _common_prefix(ids, prompt, limit)
+        keys = self.entries.keys() if among is None else [k for k in among if k in self.entries]
+        for key in keys:
+            n = _common_prefix(self.entries[key][0], prompt, limit)
             if n > best_len:
                 best_key, best_len = key, n
         if best_key is None or best_len < 16:  # tiny overlaps are not worth the copies
@@ -114,13 +118,15 @@ class PrefixCache:
         self,
         prompt: Sequence[int],
         pinned: tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None] = (0, None),
+        among: Iterable[int | None] | None = None,
     ) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
         """Longest common prefix of ``prompt`` with any cached sequence (leaving >= 1 token to
         prefill): ``(length, per-layer k/v views)``. Episodes share the system prompt and tools, and
         group rollouts share the whole first prompt, so entries are read, never consumed.
-        ``pinned``: ``(length, views)`` found earlier (see :meth:`find`), used when no entry held
-        now shares more."""
-        key, n = self.find(prompt)
+        ``pinned``: ``(length, views)`` found earlier (see :meth:`find`), used when no entry searched
+        now shares more; ``among``: search only these keys (those stored since ``pinned`` was found:
+        older entries were searched then)."""
+        key, n = self.find(prompt, among)
         if key is not None and n > pinned[0]:
             self.entries.move_to_end(key)
             kv = self.view(key, n)
@@ -539,7 +545,7 @@ class HFGenerator(Generator):
         rows_kv: list[list[Any]] = []
         rows_logits, prompt_keys = [], []
         for row, prompt in enumerate(prompts):
-            n, kv = self.prefix_cache.lookup(prompt, pins[row])
+            n, kv = self.prefix_cache.lookup(prompt, pins[row], among=prompt_keys)
             pins[row] = None
             row_cache = roomy_cache(0)
             if kv is not None:
