@@ -2,8 +2,8 @@
 
 Every task that has an attachment describes it as a :class:`TableDoc`; :func:`write_attachment`
 renders it as CSV, XLSX, JSON, SQLite, PDF or DOCX. Content depends only on the document (the
-task generator's seed decides the document), and fixed metadata dates keep PDF and DOCX bytes
-stable from run to run.
+task generator's seed decides the document), and fixed metadata and zip member dates keep PDF,
+XLSX and DOCX bytes stable from run to run.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import re
 import sqlite3
 import tempfile
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,23 @@ class TableDoc:
         )
 
 
+def _fix_zip_times(path: Path) -> None:
+    """Rewrite a zip (XLSX, DOCX) with every member dated ``_FIXED_DATE``.
+
+    openpyxl and python-docx stamp each member with the current time (2-second resolution), so two
+    writes of one document that straddle a tick differ in bytes.
+    """
+    stamp = _FIXED_DATE.timetuple()[:6]
+    with zipfile.ZipFile(path) as src:
+        members = [(info, src.read(info)) for info in src.infolist()]
+    with zipfile.ZipFile(path, "w") as dst:
+        for info, data in members:
+            fixed = zipfile.ZipInfo(info.filename, date_time=stamp)
+            fixed.compress_type = info.compress_type
+            fixed.external_attr = info.external_attr
+            dst.writestr(fixed, data)
+
+
 def _write_csv(doc: TableDoc, path: Path) -> None:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -68,6 +86,7 @@ def _write_xlsx(doc: TableDoc, path: Path) -> None:
     book.properties.created = _FIXED_DATE.replace(tzinfo=None)
     book.properties.modified = _FIXED_DATE.replace(tzinfo=None)
     book.save(path)
+    _fix_zip_times(path)
 
 
 def _write_json(doc: TableDoc, path: Path) -> None:
@@ -136,6 +155,7 @@ def _write_docx(doc: TableDoc, path: Path) -> None:
         for j, value in enumerate(row):
             table.cell(i, j).text = str(value)
     document.save(str(path))
+    _fix_zip_times(path)
 
 
 _WRITERS = {

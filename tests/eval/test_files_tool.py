@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,16 @@ def test_same_document_same_bytes(tmp_path: Path, fmt: str) -> None:
     a = write_attachment(DOC, fmt, tmp_path / "a" / f"x.{fmt}")
     b = write_attachment(DOC, fmt, tmp_path / "b" / f"x.{fmt}")
     assert hashlib.sha256(a.read_bytes()).digest() == hashlib.sha256(b.read_bytes()).digest()
+
+
+@pytest.mark.parametrize("fmt", ["xlsx", "docx"])
+def test_zip_members_carry_the_fixed_date_not_the_clock(tmp_path: Path, fmt: str) -> None:
+    # openpyxl and python-docx date each member now (2 s ticks): two writes across a tick differed
+    path = write_attachment(DOC, fmt, tmp_path / f"x.{fmt}")
+    with zipfile.ZipFile(path) as archive:
+        dates = {info.date_time for info in archive.infolist()}
+        assert archive.testzip() is None
+    assert dates == {(2024, 1, 1, 0, 0, 0)}
 
 
 def test_sqlite_query_tool_is_read_only(tmp_path: Path) -> None:
