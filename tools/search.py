@@ -22,6 +22,8 @@ sorts only, so a ranking is the same on every CPU.
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,11 +140,34 @@ class _LocalCorpus:
         return hits
 
 
+def import_bm25s() -> Any:
+    """``import bm25s``, keeping JAX off the GPU while it loads.
+
+    Where JAX is installed, importing bm25s runs a JAX op (``bm25s.selection``), which starts JAX's
+    default backend: on a CUDA machine that preallocates 75% of the GPU's memory in every process
+    that imports it (the web shop's server, a trainer with a search env), and the trainer's own
+    allocations then fail. Seen on an H200: two shop servers held 105 and 30 GiB. Our rankers use
+    ``get_scores`` and our own top-k, never JAX, so JAX starts on the CPU here unless
+    ``JAX_PLATFORMS`` is set (then it is left alone); the variable is restored afterwards, so child
+    processes see the environment they were given.
+    """
+    if "bm25s" in sys.modules or "JAX_PLATFORMS" in os.environ:
+        import bm25s
+
+        return bm25s
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    try:
+        import bm25s
+    finally:
+        del os.environ["JAX_PLATFORMS"]
+    return bm25s
+
+
 class BM25Retriever(_LocalCorpus):
     """Okapi BM25 (``bm25s``, Lucene variant) over ``title + text``; English stopwords, no stemming."""
 
     def __init__(self, docs: Iterable[Doc], *, k1: float = 1.5, b: float = 0.75):
-        import bm25s
+        bm25s = import_bm25s()
         from bm25s.tokenization import Tokenizer
 
         super().__init__(docs)

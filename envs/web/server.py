@@ -37,7 +37,6 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-import bm25s
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -46,7 +45,7 @@ from starlette.routing import Route
 from agentrl.envs.web.catalog import Catalog, Goal, Product
 from agentrl.envs.web.reward import reward_for_purchase
 from agentrl.serving import listen_socket
-from agentrl.tools.search import TieBreak, rank_top_k
+from agentrl.tools.search import TieBreak, import_bm25s, rank_top_k
 
 RESULTS_PER_PAGE = 10
 MAX_RESULTS = 50
@@ -76,7 +75,7 @@ class SearchIndex:
 
     def __init__(self, products: list[Product]):
         self.products = products
-        self.retriever = bm25s.BM25()
+        self.retriever = import_bm25s().BM25()
         self.retriever.index([tokenize(p.search_text()) for p in products], show_progress=False)
         self.vocab = set(self.retriever.vocab_dict)
         self.ties = TieBreak([p.asin for p in products], [p.title for p in products])
