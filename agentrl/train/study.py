@@ -314,8 +314,27 @@ def check_finished(study: StudyConfig, runs: list[Run]) -> None:
         )  # fmt: skip
 
 
-def _command(study: StudyConfig, run: Run) -> list[str]:
-    cmd = [sys.executable, "-m", "agentrl.cli", "train", str(study.base), *run.overrides]
+def inherited_precision(study: StudyConfig, run: Run) -> tuple[str, ...]:
+    """``train.bf16_autocast`` for an arm whose setting is ``auto``: the value its warm-up resolved.
+
+    ``auto`` times bf16 against float32 when a run starts; near the threshold that probe goes either
+    way (an H200 shared by six runs measured 1.06x to 1.27x), so arms of one seed could train in
+    different precisions. Resolved once per seed, by the warm-up, every arm of the seed trains in the
+    one precision (each seed still measures its own)."""
+    if run.method is None or _run_config(study, run, "study").train.bf16_autocast != "auto":
+        return ()
+    resolved_path = study.warmup(run.seed).out_dir / "resolved_config.yaml"
+    resolved = yaml.safe_load(resolved_path.read_text()) if resolved_path.exists() else {}
+    value = (resolved or {}).get("train", {}).get("bf16_autocast")
+    return (f"train.bf16_autocast={str(value).lower()}",) if isinstance(value, bool) else ()
+
+
+def _command(study: StudyConfig, run: Run, progress: Any = None) -> list[str]:
+    precision = inherited_precision(study, run)
+    if precision and progress is not None:
+        progress.line(f"study: {run.label}: {precision[0]}, as its warm-up resolved train.bf16_autocast=auto "
+                      "(one precision for every arm of a seed)")  # fmt: skip
+    cmd = [sys.executable, "-m", "agentrl.cli", "train", str(study.base), *run.overrides, *precision]
     run.out_dir.mkdir(parents=True, exist_ok=True)
     (run.out_dir / "command.txt").write_text(" ".join(cmd[2:]) + "\n")
     return cmd
@@ -325,17 +344,18 @@ def _failure(run: Run, rc: int) -> str:
     return f"study run '{run.label}' failed (exit {rc}); see {run.out_dir / 'train.log'}"
 
 
-def run_one(study: StudyConfig, run: Run) -> None:
+def run_one(study: StudyConfig, run: Run, progress: Any = None) -> None:
     """``agentrl train BASE OVERRIDES`` in a subprocess (its progress lines pass through)."""
-    rc = subprocess.run(_command(study, run), env=os.environ.copy()).returncode
+    rc = subprocess.run(_command(study, run, progress), env=os.environ.copy()).returncode
     if rc != 0 or not run.finished:
         raise AgentRLError(f"{_failure(run, rc)}. Fix the cause and re-run the study: finished runs are kept")
 
 
 def child_env(parallel: int) -> dict[str, str]:
     """The runs' environment: with several runs sharing a GPU, PyTorch's allocator grows its segments
-    instead of caching fixed blocks (one process's cache held 105 GiB of an H200 and starved two
-    others), unless ``PYTORCH_CUDA_ALLOC_CONF`` is set already."""
+    instead of caching fixed blocks, which keeps each run's reserved memory near what it uses,
+    unless ``PYTORCH_CUDA_ALLOC_CONF`` is set already. (The 105 GiB one process once held on an H200
+    was JAX's preallocation in a shop server, started by bm25s: ``agentrl.tools.search.import_bm25s``.)"""
     env = os.environ.copy()
     if parallel > 1:
         env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
@@ -389,7 +409,7 @@ def run_parallel(study: StudyConfig, chosen: list[Run], parallel: int, progress:
                     continue  # waits for its warm-up
                 pending.remove(run)
                 _starting(progress, run)
-                cmd = _command(study, run)  # makes out_dir
+                cmd = _command(study, run, progress)  # makes out_dir
                 log = open(run.out_dir / "study_output.log", "a")  # noqa: SIM115 - closed when the run ends
                 running[run] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log)
             time.sleep(poll_s)
@@ -452,7 +472,7 @@ def run_study(study: StudyConfig, *, max_runs: int | None = None, parallel: int 
         if parallel == 1:
             for run in chosen:
                 _starting(progress, run)
-                run_one(study, run)
+                run_one(study, run, progress)
                 finished(run)
         else:
             run_parallel(study, chosen, parallel, progress, finished)
