@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +141,9 @@ class _LocalCorpus:
         return hits
 
 
+_BM25S_IMPORT = threading.Lock()
+
+
 def import_bm25s() -> Any:
     """``import bm25s``, keeping JAX off the GPU while it loads.
 
@@ -151,16 +155,17 @@ def import_bm25s() -> Any:
     ``JAX_PLATFORMS`` is set (then it is left alone); the variable is restored afterwards, so child
     processes see the environment they were given.
     """
-    if "bm25s" in sys.modules or "JAX_PLATFORMS" in os.environ:
-        import bm25s
+    with _BM25S_IMPORT:  # two threads building retrievers: one sets and restores the variable
+        if "bm25s" in sys.modules or "JAX_PLATFORMS" in os.environ:
+            import bm25s
 
+            return bm25s
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        try:
+            import bm25s
+        finally:
+            os.environ.pop("JAX_PLATFORMS", None)
         return bm25s
-    os.environ["JAX_PLATFORMS"] = "cpu"
-    try:
-        import bm25s
-    finally:
-        del os.environ["JAX_PLATFORMS"]
-    return bm25s
 
 
 class BM25Retriever(_LocalCorpus):

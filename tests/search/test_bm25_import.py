@@ -66,3 +66,16 @@ def test_a_platform_the_user_set_is_left_alone(tmp_path: Path) -> None:
 def test_the_shop_and_the_search_tool_go_through_it(tmp_path: Path, code: str) -> None:
     seen, _ = _run(tmp_path, code)
     assert seen == ["cpu"]
+
+
+def test_threads_importing_at_once_both_get_it_and_the_environment_is_restored(tmp_path: Path) -> None:
+    code = (
+        "import os, threading; from agentrl.tools.search import import_bm25s\n"
+        "got = []\n"
+        "ts = [threading.Thread(target=lambda: got.append(import_bm25s().BM25)) for _ in range(4)]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n"
+        "print(len(got), os.environ.get('JAX_PLATFORMS'))"
+    )
+    seen, printed = _run(tmp_path, code)
+    assert seen == ["cpu"]  # bm25s ran its import-time op once, on the CPU
+    assert printed == "4 None"
