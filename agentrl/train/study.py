@@ -324,8 +324,8 @@ def inherited_precision(study: StudyConfig, run: Run) -> tuple[str, ...]:
     if run.method is None or _run_config(study, run, "study").train.bf16_autocast != "auto":
         return ()
     resolved_path = study.warmup(run.seed).out_dir / "resolved_config.yaml"
-    resolved = yaml.safe_load(resolved_path.read_text()) if resolved_path.exists() else {}
-    value = (resolved or {}).get("train", {}).get("bf16_autocast")
+    resolved = yaml.safe_load(resolved_path.read_text()) if resolved_path.exists() else None
+    value = _leaf(resolved or {}, "train.bf16_autocast")
     return (f"train.bf16_autocast={str(value).lower()}",) if isinstance(value, bool) else ()
 
 
