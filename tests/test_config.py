@@ -76,3 +76,32 @@ def test_a_prefix_cache_budget_for_a_server_backend_is_refused():
         load_config(None, overrides)
     assert info.value.field == "rollout.prefix_cache_tokens" and "only with backend=hf" in str(info.value)
     assert load_config(None, overrides[:2]).rollout.prefix_cache_tokens is None
+
+
+def test_every_setting_is_classified_as_shaping_the_held_out_eval_or_not():
+    """A new setting fails here until it is put in EVAL_SETTINGS (arms that differ in it evaluate
+    themselves) or NOT_EVAL_SETTINGS (with why): a forgotten one would let a study arm take a
+    held-out eval it would not have produced."""
+    import dataclasses
+
+    from agentrl.config import EVAL_SETTINGS, NOT_EVAL_SETTINGS
+
+    config = RunConfig()
+    every = {f"{section}.{f.name}" for section in ("model", "env", "rollout", "algo", "train")
+             for f in dataclasses.fields(getattr(config, section))}  # fmt: skip
+    assert not set(EVAL_SETTINGS) & set(NOT_EVAL_SETTINGS)
+    assert every - set(EVAL_SETTINGS) - set(NOT_EVAL_SETTINGS) == set()
+    assert set(EVAL_SETTINGS) | set(NOT_EVAL_SETTINGS) == every  # no stale name either
+
+
+def test_sampling_filters_matter_to_a_sampled_eval_only():
+    from agentrl.config import eval_differences
+
+    greedy = RunConfig()
+    filtered = load_config(None, ["rollout.top_p=0.9", "rollout.top_k=20"], validate=False)
+    assert eval_differences(greedy, filtered) == []  # train.eval_temperature 0: argmax, filters unused
+    sampled = load_config(None, ["train.eval_temperature=0.7"], validate=False)
+    sampled_filtered = load_config(None, ["train.eval_temperature=0.7", "rollout.top_p=0.9"], validate=False)
+    assert eval_differences(sampled, sampled_filtered) == ["rollout.top_p: 1.0 -> 0.9"]
+    served = load_config(None, ["rollout.base_url=http://a:8000/v1"], validate=False)
+    assert eval_differences(greedy, served) == ["rollout.base_url: None -> 'http://a:8000/v1'"]
