@@ -13,7 +13,8 @@ and :func:`decide` picks the faster one:
 2. otherwise ``[rows, 128]`` tokens the same way: bf16 wins only when it is at least
    ``MIN_GAIN`` x faster.
 
-``true``/``false`` in the config skip the probe. With several ranks, every rank uses rank 0's
+``true``/``false`` in the config skip the probe; a resumed run keeps the decision it made at its
+start (:func:`resumed_bf16`). With several ranks, every rank uses rank 0's
 decision. The decision (both timings, the reason) is printed by the trainer and saved in
 ``summary.json`` and ``resolved_config.yaml``.
 """
@@ -23,9 +24,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from torch import nn
 
 #: Stage 1: bf16 this many times slower than float32 on a tiny pass = no fast bf16 kernels here.
@@ -56,7 +59,7 @@ class Decision:
     """What ``train.bf16_autocast`` resolved to, and why."""
 
     bf16: bool
-    source: str  # "config" (forced true/false) | "probe"
+    source: str  # "config" (forced true/false) | "probe" | "resumed" (the run's own, from its start)
     reason: str
     timings: tuple[Timing, ...] = ()
     cpu: str = ""
@@ -190,8 +193,9 @@ def probe_bf16(model: nn.Module, rows: int = 2) -> Decision:
     return Decision(bf16, "probe", reason, tuple(timings), cpu_name(), device_name(model))
 
 
-def resolve_bf16(setting: bool | str, model: nn.Module, rows: int = 2) -> Decision:
-    """``train.bf16_autocast`` -> a :class:`Decision` (``auto`` probes, true/false are forced)."""
+def resolve_bf16(setting: bool | str, model: nn.Module, rows: int = 2, resumed_from: Path | None = None) -> Decision:
+    """``train.bf16_autocast`` -> a :class:`Decision` (``auto`` probes, true/false are forced; a run
+    resumed from ``resumed_from`` keeps the decision saved there, :func:`resumed_bf16`)."""
     if isinstance(setting, bool):
         return Decision(
             setting, "config", f"train.bf16_autocast={str(setting).lower()} forces it", cpu=cpu_name(),
@@ -199,7 +203,23 @@ def resolve_bf16(setting: bool | str, model: nn.Module, rows: int = 2) -> Decisi
         )
     if setting != "auto":
         raise ValueError(f"train.bf16_autocast must be true, false or auto, got {setting!r}")
-    return _same_on_every_rank(probe_bf16(model, rows))
+    kept = resumed_bf16(setting, resumed_from, model) if resumed_from is not None else None
+    return _same_on_every_rank(kept or probe_bf16(model, rows))
+
+
+def resumed_bf16(setting: bool | str, run_dir: Path, model: nn.Module) -> Decision | None:
+    """The precision a resumed run chose at its start, when its setting is ``auto``: the bool in
+    ``run_dir/resolved_config.yaml``. A fresh probe could decide otherwise (on a busy machine the
+    ratio moves around ``MIN_GAIN``), and a run that switched precision halfway would not be the run
+    it would have been unstopped. None when the setting is forced or nothing was saved."""
+    path = Path(run_dir) / "resolved_config.yaml"
+    if setting != "auto" or not path.exists():
+        return None
+    saved = (yaml.safe_load(path.read_text()) or {}).get("train", {}).get("bf16_autocast")
+    if not isinstance(saved, bool):
+        return None
+    reason = f"this run's own decision at its start, read from {path}: a resumed run keeps its precision"
+    return Decision(saved, "resumed", reason, cpu=cpu_name(), device=device_name(model))
 
 
 def _same_on_every_rank(decision: Decision) -> Decision:
@@ -213,4 +233,4 @@ def _same_on_every_rank(decision: Decision) -> Decision:
     return shared[0]
 
 
-__all__ = ["Decision", "Timing", "cpu_name", "decide", "probe_bf16", "resolve_bf16"]
+__all__ = ["Decision", "Timing", "cpu_name", "decide", "probe_bf16", "resolve_bf16", "resumed_bf16"]

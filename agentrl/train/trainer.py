@@ -282,7 +282,9 @@ def train(config: RunConfig) -> dict[str, Any]:
             config.model.name, dtype=config.model.dtype, adapter=config.model.adapter, device=device
         )
     # train.bf16_autocast: auto -> measured on this machine (agentrl.train.precision); saved resolved
-    precision = resolve_bf16(train_cfg.bf16_autocast, model, rows=train_cfg.micro_batch_size)
+    # (a resumed run keeps the decision it made at its start)
+    precision = resolve_bf16(train_cfg.bf16_autocast, model, rows=train_cfg.micro_batch_size,
+                             resumed_from=out_dir if resume_from is not None else None)  # fmt: skip
     config = dataclasses.replace(config, train=dataclasses.replace(train_cfg, bf16_autocast=precision.bf16))
     progress.print(precision.line())
     policy = build_policy(model, config)

@@ -87,3 +87,26 @@ def test_on_a_gpu_the_probe_times_the_gpu_and_says_so():
     name = torch.cuda.get_device_name()
     assert decision.device == name and f"(probe on {name}:" in decision.line()
     assert decision.as_dict()["device"] == name and decision.as_dict()["cpu"] == cpu_name()
+
+
+@pytest.mark.parametrize("saved", [True, False])
+def test_a_resumed_auto_run_keeps_the_decision_saved_at_its_start_without_probing(tmp_path, saved):
+    (tmp_path / "resolved_config.yaml").write_text(f"train:\n  bf16_autocast: {str(saved).lower()}\n")
+    # model=None: a probe would have to touch it, so reaching the model would raise
+    decision = resolve_bf16("auto", model=None, resumed_from=tmp_path)  # type: ignore[arg-type]
+    assert (decision.bf16, decision.source, decision.timings) == (saved, "resumed", ())
+    assert f"read from {tmp_path / 'resolved_config.yaml'}" in decision.line()
+    assert decision.line().startswith(f"precision: train.bf16_autocast={str(saved).lower()} (resumed")
+    # a forced setting is still the config's, resumed or not
+    assert resolve_bf16(not saved, model=None, resumed_from=tmp_path).bf16 is (not saved)  # type: ignore[arg-type]
+
+
+def test_a_resumed_run_without_a_saved_decision_probes(tmp_path):
+    from agentrl.rollout.model import load_tokenizer, tiny_model
+    from agentrl.train.precision import resumed_bf16
+
+    assert resumed_bf16("auto", tmp_path, model=None) is None  # type: ignore[arg-type]  (no file)
+    (tmp_path / "resolved_config.yaml").write_text("train:\n  bf16_autocast: auto\n")  # never resolved
+    assert resumed_bf16("auto", tmp_path, model=None) is None  # type: ignore[arg-type]
+    model = tiny_model(load_tokenizer("smollm2-135m"), layers=1, hidden=32, seed=0)
+    assert resolve_bf16("auto", model, resumed_from=tmp_path).source == "probe"

@@ -147,3 +147,29 @@ def test_a_warm_up_can_demonstrate_folding_beside_react(tiny_model_dir, tmp_path
     assert [r["sft/demos_over_budget"] for r in records if "sft/demos_over_budget" in r] == [float(found.group(1))]
     resolved = yaml.safe_load((out / "resolved_config.yaml").read_text())["train"]
     assert (resolved["sft_fold_share"], resolved["fold_oracle"]) == (0.5, "agentrl.envs.search.oracle:FoldingSearchOracle")
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_the_precision_it_chose_at_its_start(tiny_model_dir, tmp_path):
+    """`auto` is a timing probe: on a busy machine a second probe may decide otherwise, and a run
+    that changed precision halfway would not be the run it would have been unstopped. The saved
+    decision is flipped here (as a different first probe would have made it): the resumed run
+    follows the saved one, says so, and saves it again."""
+    out = tmp_path / "run"
+    common = [str(QUICKSTART), f"model.name={tiny_model_dir}", *SHORT, "train.sft_warmup_steps=0",
+              "train.num_threads=1", "train.save_every=1", f"train.out_dir={out}"]  # fmt: skip
+    first = agentrl_train(*common)
+    assert first.returncode == 0, first.stderr[-3000:]
+    resolved = yaml.safe_load((out / "resolved_config.yaml").read_text())
+    flipped = not resolved["train"]["bf16_autocast"]
+    resolved["train"]["bf16_autocast"] = flipped
+    (out / "resolved_config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    second = agentrl_train(*common, "train.steps=2", "train.resume=true")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resumed from" in second.stdout
+    line = f"precision: train.bf16_autocast={str(flipped).lower()} (resumed"
+    assert [x for x in second.stdout.splitlines() if x.startswith("precision:")][0].startswith(line), second.stdout
+    assert yaml.safe_load((out / "resolved_config.yaml").read_text())["train"]["bf16_autocast"] is flipped
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["precision"]["bf16_autocast"], summary["precision"]["source"]) == (flipped, "resumed")
+    assert summary["steps"] == 2
