@@ -84,8 +84,10 @@ def main() -> int:
     p.add_argument("--malloc-mmap-threshold", type=int, default=None, metavar="BYTES",
                    help="compare glibc's defaults with MALLOC_MMAP_THRESHOLD_=BYTES (every-episode budget)")
     p.add_argument("--reps", type=int, default=2, help="runs per variant with --malloc-mmap-threshold")
+    p.add_argument("--rows", type=int, default=None, help="episodes in the wave (default 64; --quick 4)")
     args = p.parse_args()
     rows, turns, first, obs, new = (4, 2, 64, 24, 4) if args.quick else (64, 4, 300, 300, 48)
+    rows = args.rows or rows
     if args.child is not None:
         print(json.dumps(child(args.child, rows, turns, first, obs, new, args.threads)))
         return 0
@@ -119,6 +121,7 @@ def main() -> int:
 def run_child(args: argparse.Namespace, budget: int, env: dict[str, str] | None = None) -> dict:
     """One wave in a fresh process (peak RSS is per process), with extra environment ``env``."""
     cmd = [sys.executable, __file__, "--child", str(budget), "--threads", str(args.threads)]
+    cmd += ["--rows", str(args.rows)] if args.rows else []
     done = subprocess.run(cmd + (["--quick"] if args.quick else []), capture_output=True, text=True,
                           env={**os.environ, **(env or {})})  # fmt: skip
     if done.returncode != 0:
