@@ -143,11 +143,13 @@ class ModelEvalConfig:
 
 
 def build_generator(
-    spec: AgentSpec, seed: int, settings: ModelEvalConfig, concurrency: int = 8
+    spec: AgentSpec, seed: int, settings: ModelEvalConfig, concurrency: int = 8, loaded: dict | None = None
 ) -> tuple[Any, Any]:
     """(generator, tokenizer) for a model or openai agent spec; a local model decodes up to
     ``concurrency`` episodes in one batch and keeps their K/V between turns (within a quarter of the
-    machine's memory, printed)."""
+    machine's memory, printed). ``loaded``: a dict that keeps the local model and tokenizer for the
+    next call (replays of crashed episodes reuse them instead of loading the weights again; each call
+    still builds its own generator, so a replay samples as a first run does)."""
     from agentrl.rollout.generators.base import make_generator
     from agentrl.rollout.generators.openai import served_model_name
     from agentrl.rollout.model import load_model, load_tokenizer
@@ -177,12 +179,18 @@ def build_generator(
     if device == "cpu":
         # on a shared CPU one thread beats oversubscription by far (see api-rollout.md)
         torch.set_num_threads(int(os.environ.get("AGENTRL_EVAL_THREADS", "1")))
-    try:
-        model, tokenizer = load_model(spec.model, adapter=spec.adapter, device=device)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(
-            "agent", f"cannot load model {spec.label!r}: {exc}", "use smollm2-135m, an HF id or a folder"
-        ) from exc
+    key = (spec.model, spec.adapter, device)
+    if loaded is not None and key in loaded:
+        model, tokenizer = loaded[key]
+    else:
+        try:
+            model, tokenizer = load_model(spec.model, adapter=spec.adapter, device=device)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                "agent", f"cannot load model {spec.label!r}: {exc}", "use smollm2-135m, an HF id or a folder"
+            ) from exc
+        if loaded is not None:
+            loaded[key] = (model, tokenizer)
     from agentrl.rollout.generators.hf import prefix_cache_budget
 
     tokens, why = prefix_cache_budget(model, concurrency * settings.max_context_tokens)
@@ -201,8 +209,10 @@ def run_model_jobs(
     seed: int,
     settings: ModelEvalConfig | None = None,
     remote: dict[str, Any] | None = None,
+    loaded: dict | None = None,
 ) -> tuple[list[tuple[Episode, float]], float]:
-    """Run the jobs (task-major, ``suite.k`` samples each) part by part through ``run_episodes``.
+    """Run the jobs (task-major, ``suite.k`` samples each) part by part through ``run_episodes``
+    (``loaded``: see :func:`build_generator`).
 
     Returns:
         ``(episode, seconds)`` per job, and the setup seconds (loading the model or tokenizer).
@@ -212,7 +222,7 @@ def run_model_jobs(
 
     budgets = settings or ModelEvalConfig.from_env()
     start = time.perf_counter()
-    generator, tokenizer = build_generator(spec, seed, budgets, max(1, concurrency))
+    generator, tokenizer = build_generator(spec, seed, budgets, max(1, concurrency), loaded)
     setup_s = time.perf_counter() - start
     rollout = RolloutConfig(
         max_new_tokens=budgets.max_new_tokens,

@@ -167,6 +167,7 @@ def run_model(
     settings: ModelEvalConfig,
     transcripts: list[dict[str, Any]],
     remote: dict[str, Any] | None = None,
+    loaded: dict | None = None,
 ) -> tuple[list[tuple[Episode, float]], float]:
     """Model agents: chat servers through the scripted-agent path (:mod:`.chat_agent`), token-level
     ones through the rollout engine (HF generator or completions client); also returns the seconds
@@ -186,7 +187,7 @@ def run_model(
     from agentrl.eval.model_agent import run_model_jobs
 
     return run_model_jobs(
-        suite, jobs, spec, concurrency=concurrency, seed=seed, settings=settings, remote=remote
+        suite, jobs, spec, concurrency=concurrency, seed=seed, settings=settings, remote=remote, loaded=loaded
     )
 
 
@@ -262,13 +263,14 @@ def evaluate(
     start = time.perf_counter()
     setup_s = 0.0
     transcripts: list[dict[str, Any]] = []
+    loaded: dict = {}  # a local model, loaded once: replays of crashed episodes reuse it
 
     def run(part_jobs: Sequence[Job]) -> tuple[list[tuple[Episode, float]], float]:
         if spec.kind in ("oracle", "random"):
             return run_scripted(
                 suite_obj, part_jobs, scripted_factory(spec, suite_obj), concurrency, remote
             ), 0.0
-        return run_model(suite_obj, part_jobs, spec, concurrency, seed, settings, transcripts, remote)
+        return run_model(suite_obj, part_jobs, spec, concurrency, seed, settings, transcripts, remote, loaded)
 
     try:
         results, setup_s = run(jobs)
@@ -277,6 +279,7 @@ def evaluate(
         )
         setup_s += replay_setup_s
     finally:
+        loaded.clear()
         for pool in (remote or {}).values():
             pool.shutdown()
     wall = time.perf_counter() - start - setup_s

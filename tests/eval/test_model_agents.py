@@ -77,3 +77,31 @@ def test_chat_agent_against_agentrl_serve(tiny_server: str) -> None:
     assert len(result.records) == 2 and all(r["error"] is None and r["turns"] >= 1 for r in result.records)
     turn = result.episodes[0].turns[0]
     assert 1 <= turn.timings["completion_tokens"] <= 12 and turn.timings["latency_s"] > 0
+
+
+def test_a_local_model_is_loaded_once_when_crashed_episodes_are_replayed(tiny_model_dir, monkeypatch) -> None:
+    """`agentrl eval MODEL`: a crashed episode is replayed (its own task and seed) with the model
+    already in memory, not loaded again (the replay gets a fresh generator over the same weights)."""
+    import toy_envs
+
+    import agentrl.rollout.model as model_module
+    from agentrl.eval.model_agent import ModelEvalConfig
+    from agentrl.eval.suites import Part, Suite
+
+    loads = []
+    real = model_module.load_model
+
+    def counted(*args, **kwargs):  # the real loader, counted
+        loads.append(args[0] if args else kwargs.get("name"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model_module, "load_model", counted)
+    monkeypatch.setattr(toy_envs.FlakyEnv, "crashes", {"test-1": 1})  # task test-1's first reset raises
+    suite = Suite("flaky", "toy counter, one crash", (Part("test/Flaky-v0"),), metrics=("em",))
+    settings = ModelEvalConfig.resolve(max_new_tokens=4)
+    result = evaluate(suite, str(tiny_model_dir), limit=3, concurrency=3, settings=settings, replays=2)
+    assert loads == [str(tiny_model_dir)]  # one load for the first run and the replay
+    flaky = [r for r in result.records if r["task_id"] == "test-1"]
+    assert len(flaky) == 1 and flaky[0]["error"] is None
+    assert len(flaky[0]["replayed_errors"]) == 1 and "simulated crash on test-1" in flaky[0]["replayed_errors"][0]
+    assert result.metrics["replayed_episodes"] == 1 and toy_envs.FlakyEnv.crashes == {"test-1": 0}
