@@ -31,6 +31,7 @@ from agentrl.train.engines import make_engine, world
 from agentrl.train.fields import LazyScores, StepData
 from agentrl.train.igscore import GoldAnswerScorer, learner_continuation_scorer
 from agentrl.train.learner import build_policy, is_peft
+from agentrl.train.memory import PhasePeaks
 from agentrl.train.metrics import MetricsLogger, context_metrics
 from agentrl.train.plan import objective_plan
 from agentrl.train.precision import resolve_bf16
@@ -316,7 +317,8 @@ def train(config: RunConfig) -> dict[str, Any]:
         from agentrl.rollout.process_rewards import describe
 
         logger.console.print(describe(config.rollout))
-    evaluate = _evaluator(config, rollouts, policy, logger, progress, out_dir if rank0 else None)
+    peaks = PhasePeaks()  # perf/rss_peak_<phase>_gib per step / eval; the run's maxima in summary.json
+    evaluate = _evaluator(config, rollouts, policy, logger, progress, out_dir if rank0 else None, peaks)
     plan = objective_plan(config)
     objective = plan.summary()  # resolved options: printed now, saved in summary.json
     logger.console.print(f"objective: {json.dumps(objective)}")
@@ -327,6 +329,7 @@ def train(config: RunConfig) -> dict[str, Any]:
         from agentrl.train.sft import sft_warmup
 
         t0 = time.perf_counter()
+        peaks.start()
         wanted = min(train_cfg.sft_demos, len(rollouts.train_tasks))
         metric = success_metric(config.env.id)
         with progress.phase("warm-up demonstrations", wanted, unit="episode", per_step=False) as phase:
@@ -350,8 +353,8 @@ def train(config: RunConfig) -> dict[str, Any]:
                                 batch_size=train_cfg.sft_batch_size, micro_batch_size=train_cfg.micro_batch_size,
                                 seed=train_cfg.seed, pad_id=pad_id, max_grad_norm=train_cfg.max_grad_norm,
                                 temperature=train_cfg.sft_temperature)  # fmt: skip
-        logger.log(0, {"sft/loss_first": losses[0], "sft/loss_last": losses[-1],
-                       "perf/sft_s": time.perf_counter() - t0}, echo=("sft/loss_first", "sft/loss_last"))  # fmt: skip
+        logger.log(0, {"sft/loss_first": losses[0], "sft/loss_last": losses[-1], "perf/sft_s": time.perf_counter() - t0,
+                       **peaks.end("sft")}, echo=("sft/loss_first", "sft/loss_last"))  # fmt: skip
 
     engine = make_engine(policy, config)
     if train_cfg.skip_zero_advantage and engine.world_size > 1:
@@ -379,6 +382,7 @@ def train(config: RunConfig) -> dict[str, Any]:
         picked = sampler.next(config.rollout.tasks_per_step * world_size)[rank::world_size]
         policy.eval()
         t0 = time.perf_counter()
+        peaks.start()
         tag = f"step {step + 1}/{train_cfg.steps}"
         with progress.phase(f"{tag} rollout", len(picked) * config.rollout.group_size, unit="episode",
                             per_step=False, key="rollout") as phase:  # fmt: skip
@@ -397,7 +401,7 @@ def train(config: RunConfig) -> dict[str, Any]:
         rollout_s = time.perf_counter() - t0
         metrics = {**episode_metrics(episodes), **context_metrics(episodes, config.rollout.folding),
                    **rollout_stats.as_metrics(), "perf/rollout_s": rollout_s}  # fmt: skip
-        metrics |= filter_stats
+        metrics |= filter_stats | peaks.end("rollout")
         if kept:
             # 2. behaviour (+ reference) log-probs, advantages; 3. PPO epochs
             policy.train()
@@ -417,12 +421,14 @@ def train(config: RunConfig) -> dict[str, Any]:
                 adv, returns, batch = compute_advantages(data)  # the behaviour pass runs here (lazy)
                 metrics |= plan.estimator.diagnostics(batch, plan.advantage_options)  # e.g. IGPO's gains
             scoring_s = time.perf_counter() - t0
+            metrics |= peaks.end("scoring")
             t0 = time.perf_counter()
             with progress.phase(f"{tag} learner", per_step=False, key="learner") as phase:
                 update = ppo_update(engine, data, batch, adv, returns, ref, rng=torch.Generator().manual_seed(train_cfg.seed * 7919 + step))  # fmt: skip
                 # every row skipped (train.skip_zero_advantage): no loss was computed
                 phase.update(**({"loss": update["loss"]} if "loss" in update else {"skipped_rows": update["skipped_rows"]}))
             learner_s = time.perf_counter() - t0
+            metrics |= peaks.end("learner")
             trained_tokens = update.pop("forwarded_loss_tokens")  # tokens with a loss, all epochs
             seq_tokens = update.pop("forwarded_tokens")  # tokens forwarded (train.skip_zero_advantage skips some)
             metrics |= {f"loss/{k}": v for k, v in update.items()}
@@ -463,9 +469,12 @@ def train(config: RunConfig) -> dict[str, Any]:
         ("before RL", "after RL", "tasks", "gained", "lost", "sign-test p"),
     )  # fmt: skip
     logger.plot(("sft/loss", "env/reward", "eval/success", "loss/loss", "loss/entropy"))
+    if peaks.line():
+        logger.console.print(peaks.line())
     logger.close()
     progress.close()
     summary["precision"] = precision.as_dict()
+    summary["peak_rss_gib"] = dict(peaks.peaks)  # this process, per phase (agentrl.train.memory)
     summary["model_dir"] = str(export_model(engine, tokenizer, out_dir / "model", write=rank0))
     if rank0:
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -476,7 +485,7 @@ EVAL_SEED = 10_000_019  # held-out evals sample (at eval_temperature > 0) from s
 
 
 def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: MetricsLogger,
-               progress: RunProgress, out_dir: Path | None = None):  # fmt: skip
+               progress: RunProgress, out_dir: Path | None = None, peaks: PhasePeaks | None = None):  # fmt: skip
     """``evaluate(step) -> ({task_id: solved}, {task_id: details})`` on the first ``eval_episodes``
     held-out tasks (same ones every time); logs their mean as ``eval/success``: the share solved by
     the env's own success metric (:attr:`agentrl.env.TextEnv.success_metric`, exact match for search),
@@ -485,7 +494,8 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
     and f1; WebShop: score); their means are logged as ``eval/outcome`` and ``eval/metric/<name>``.
     Failed (crashed) episodes are replayed up to twice; more than ``train.eval_max_failed`` of them
     still failed raises :class:`EvalError`. With ``out_dir`` the episodes go to
-    ``out_dir/eval/step-NNNNNN.jsonl``."""
+    ``out_dir/eval/step-NNNNNN.jsonl``; with ``peaks`` the eval's peak RSS is logged
+    (``perf/rss_peak_eval_gib``)."""
     from agentrl.env import solved, success_metric
     from agentrl.rollout.runner import task_id
 
@@ -500,6 +510,8 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
                           f"{len(outcomes)} tasks, success={record['eval/success']:.3g}")  # fmt: skip
             return outcomes, details
         policy.eval()
+        if peaks is not None:
+            peaks.start()
         name = "eval before RL" if step == 0 else f"eval after step {step}"
         with progress.phase(name, len(tasks), unit="episode", per_step=False, key="eval") as phase:
             episodes, _ = rollouts.run(tasks, seed=EVAL_SEED, version=step, group_size=1,
@@ -516,7 +528,8 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
         means = held_out_means(details, outcomes)
         logger.log(step, {"eval/success": float(np.mean(list(outcomes.values()))) if outcomes else 0.0,
                           "eval/failed": float(sum(ep.failed for ep in episodes)), "eval/replayed": float(replayed),
-                          **_means_record(means), **gpu_memory()}, echo=("eval/success",))  # fmt: skip
+                          **_means_record(means), **gpu_memory(), **(peaks.end("eval") if peaks else {})},
+                   echo=("eval/success",))  # fmt: skip
         return outcomes, details
 
     return evaluate

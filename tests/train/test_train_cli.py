@@ -88,6 +88,17 @@ def test_train_through_a_pipe_prints_every_phase_and_records_the_auto_precision(
     assert summary["held_out_means"]["after"]["outcome"] == pytest.approx(means[2])
     assert set(summary["eval_details"]["after"]) == set(summary["eval_tasks"]["after"])
     assert (out / "curve.png").stat().st_size > 0
+    # peak RSS per phase: logged per step / eval, the run's maxima in the summary and a closing line
+    phases = {"sft", "eval", "rollout", "scoring", "learner"}
+    assert set(summary["peak_rss_gib"]) == phases
+    model_gib = 0.05  # a one-block model: every phase holds at least torch, the tokenizer and the env
+    assert all(model_gib < v < 64 for v in summary["peak_rss_gib"].values()), summary["peak_rss_gib"]
+    for step in (1, 2):
+        record = next(r for r in records if r["step"] == step and "perf/step_s" in r)
+        assert {"perf/rss_peak_rollout_gib", "perf/rss_peak_scoring_gib", "perf/rss_peak_learner_gib"} <= set(record)
+    logged = max(r["perf/rss_peak_learner_gib"] for r in records if "perf/rss_peak_learner_gib" in r)
+    assert summary["peak_rss_gib"]["learner"] == logged
+    assert having(r"peak memory \(this process's RSS, GiB\): sft [\d.]+, eval [\d.]+, rollout [\d.]+, scoring [\d.]+, learner [\d.]+$")
 
 
 def _bf16_kernels() -> str | None:
