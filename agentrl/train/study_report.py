@@ -108,6 +108,7 @@ def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
             "gained": s["gained"], "lost": s["lost"], "p_value": s["p_value"],
             "objective": s["objective"], "mechanisms": mechanisms(rl_records(run.out_dir)),
             "eval_failed": eval_failed(run.out_dir),
+            "peak_rss_gib": s.get("peak_rss_gib", {}),  # per phase, this run's process (older runs: none)
             "held_out_means": s.get("held_out_means", {"before": {}, "after": {}}),  # outcome, f1, score...
             "same_start_as_baseline": None if base is None else base["eval_tasks"]["before"] == tasks["before"],
             "own_eval_before": list(run.own_eval),  # evaluated itself: how its eval differs

@@ -301,6 +301,9 @@ def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tin
     for method in ("grpo", "igpo"):
         assert summaries[method]["held_out_means"]["before"] == warm["held_out_means"]["before"]
         assert runs[method]["held_out_means"] == summaries[method]["held_out_means"]
+        # each arm's peak memory per phase, as its run saved it (its eval before RL is the warm-up's)
+        assert runs[method]["peak_rss_gib"] == summaries[method]["peak_rss_gib"]
+        assert {"rollout", "eval"} <= set(runs[method]["peak_rss_gib"]) and "sft" not in runs[method]["peak_rss_gib"]
     assert "held-out means before → after" in (out / "report.md").read_text()
     assert "; f1 " in (out / "report.md").read_text()
     # ... which is the eval of the model the arms load: see the export round-trip test below
