@@ -37,16 +37,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import Row, median, parser, print_table, write_json  # noqa: E402
 
 
-def peak_rss_gb() -> float:
-    with open("/proc/self/status") as fh:
-        return next(int(x.split()[1]) for x in fh if x.startswith("VmHWM")) / 2**20
-
-
-def reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w") as fh:  # Linux: VmHWM back to the current RSS
-        fh.write("5")
-
-
 def child(budget: int, rows: int, turns: int, first: int, obs: int, new: int, threads: int) -> dict:
     """One wave in this process; returns its counts, times and peak RSS."""
     import torch
@@ -54,6 +44,7 @@ def child(budget: int, rows: int, turns: int, first: int, obs: int, new: int, th
     from agentrl.rollout.generators.base import SamplingParams
     from agentrl.rollout.generators.hf import HFGenerator
     from agentrl.rollout.model import load_model
+    from agentrl.train.memory import peak_rss_gib, reset_peak
 
     torch.set_num_threads(threads)
     model, tokenizer = load_model("smollm2-135m")
@@ -61,7 +52,7 @@ def child(budget: int, rows: int, turns: int, first: int, obs: int, new: int, th
     rng = random.Random(0)
     prompts = [[rng.randrange(100, 49_000) for _ in range(first)] for _ in range(rows)]
     sampling = SamplingParams(max_new_tokens=new, temperature=1.0, seed=1, stop_ids=())
-    base_rss, prefilled, hits, wall, peaks = peak_rss_gb(), 0, [], 0.0, []
+    base_rss, prefilled, hits, wall, peaks = peak_rss_gib(), 0, [], 0.0, []
     for _turn in range(turns):
         reset_peak()
         cache = gen.prefix_cache
@@ -72,7 +63,7 @@ def child(budget: int, rows: int, turns: int, first: int, obs: int, new: int, th
         reused = cache.reused_tokens - r0 if cache else 0
         prefilled += sum(len(p) for p in prompts) - reused
         hits.append(cache.hits - h0 if cache else 0)
-        peaks.append(peak_rss_gb())
+        peaks.append(peak_rss_gib())
         prompts = [p + o.ids + [rng.randrange(100, 49_000) for _ in range(obs)] for p, o in zip(prompts, outs, strict=True)]
     return {"prefilled": prefilled, "hits": hits, "wall_s": wall, "peaks_gb": peaks, "model_rss_gb": base_rss}
 
