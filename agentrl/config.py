@@ -360,7 +360,7 @@ NOT_EVAL_SETTINGS = {
     "rollout.group_size": "training samples per task (evals run one per task)",
     "rollout.tasks_per_step": "training batch", "rollout.temperature": "training sampling (evals use train.eval_temperature)",
     "rollout.concurrency": "episodes in flight: the same episodes, batched otherwise (float sums may "
-                           "differ in their last bits; studies keep one concurrency for all arms)",
+                           "differ in their last bits)",
     "rollout.prefix_cache_tokens": "K/V reuse: the same tokens, computed once",
     "rollout.episode_timeout_s": "failure handling: failed eval episodes are replayed and counted (train.eval_max_failed)",
     "rollout.watchdog_s": "as episode_timeout_s", "rollout.watchdog_action": "as episode_timeout_s",
