@@ -246,7 +246,7 @@ class TrainConfig:
     seed: int = 0
     """Seed for tasks, sampling and initialisation; each episode samples from its own stream derived from (seed, step, task, sample index)."""
     deterministic: bool = False
-    """Strict determinism: torch.use_deterministic_algorithms(True) (raises on an op without a deterministic kernel) and deterministic cuDNN/cuBLAS; slower on GPU. CPU runs are reproducible without it."""
+    """Strict determinism: torch.use_deterministic_algorithms(True) (raises on an op without a deterministic kernel), deterministic cuDNN/cuBLAS (slower on GPU), and lock-step decode batches that wait for a slow env call without limit. Without it CPU runs repeat too: batches are lock-step with an in-process generator, waiting at most 60 s for a slow env call (rollout/lockstep_cut counts the batches that went ahead)."""
     save_episodes: bool = False
     """Write each step's training episodes to out_dir/episodes/step-NNNNNN.jsonl (task-major order)."""
     eval_every: int = 0

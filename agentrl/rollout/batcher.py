@@ -18,6 +18,7 @@ backends sample batch-wise and the seeds are dropped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
@@ -46,15 +47,20 @@ class Batcher:
     """
 
     def __init__(self, generator: Generator, *, max_batch_size: int | None = None, window_s: float = 0.002,
-                 lockstep: bool = False):  # fmt: skip
+                 lockstep: bool = False, lockstep_wait_s: float | None = None):  # fmt: skip
         """``lockstep``: a batch waits until every active episode (see :meth:`enter`) has asked or
         ended, and its requests are ordered by seed, so which prompts share a batch (and therefore
-        the batch's float rounding) does not depend on timing. Without it, a batch takes what
-        arrived within ``window_s``."""
+        the batch's float rounding) does not depend on timing. ``lockstep_wait_s``: wait at most
+        this long for the last episodes (an env call that hangs then delays the others by this
+        much, not until its own timeout); a batch that went ahead without them is counted in
+        :attr:`cut` (from there on the run may not repeat bit for bit). None: wait without limit.
+        Without lockstep, a batch takes what arrived within ``window_s``."""
         self.generator = generator
         self.max_batch_size = max_batch_size or generator.max_batch_size
         self.window_s = window_s
         self.lockstep = lockstep
+        self.lockstep_wait_s = lockstep_wait_s
+        self.cut = 0  # lockstep batches that went ahead after lockstep_wait_s without every episode
         self.active = 0  # episodes that will submit or end (lockstep only)
         self._changed: asyncio.Event | None = None
         self._queue: asyncio.Queue[_Request] | None = None
@@ -150,13 +156,23 @@ class Batcher:
                     await self._run(sampling, requests[start : start + self.max_batch_size])
 
     async def _all_asked(self, pending: list[_Request]) -> None:
-        """Lockstep: wait until every active episode has a request queued (or has ended)."""
+        """Lockstep: wait until every active episode has a request queued (or has ended), or
+        ``lockstep_wait_s`` has passed (counted in :attr:`cut`)."""
         assert self._changed is not None and self._queue is not None
+        deadline = None if self.lockstep_wait_s is None else time.perf_counter() + self.lockstep_wait_s
         while True:
             self._changed.clear()
             if len(pending) + self._queue.qsize() >= self.active:
                 return
-            await self._changed.wait()
+            if deadline is None:
+                await self._changed.wait()
+                continue
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                self.cut += 1
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
 
     async def _run(self, sampling: SamplingParams, requests: list[_Request]) -> None:
         live = [r for r in requests if not r.future.done()]  # cancelled episodes drop out

@@ -54,6 +54,7 @@ class RunStats:
     generator_idle_share: float = 0.0
     env_s: float = 0.0
     generate_calls: int = 0
+    lockstep_cut: int = 0  # lock-step batches that went ahead without every episode (see Batcher)
     process: dict[str, float] = field(default_factory=dict)  # summed "process/*" episode counts
 
     def merge(self, other: RunStats) -> RunStats:
@@ -79,6 +80,7 @@ class RunStats:
             "rollout/tokens_per_s": self.generated_tokens / wall,
             "rollout/generator_idle_share": self.generator_idle_share,
             "rollout/watchdog_fired": float(self.watchdog_fired),
+            "rollout/lockstep_cut": float(self.lockstep_cut),
             "perf/rollout_wall_s": self.wall_s,
         }
 
@@ -124,15 +126,15 @@ class Runner:
         progress: bool | None = None,
         on_episode: Callable[[Episode], None] | None = None,
         env_kwargs: dict[str, Any] | None = None,
-        lockstep: bool = False,
+        lockstep: bool | None = None,
         timeout_setting: str = "rollout.episode_timeout_s",
     ):
         """``config``: the rollout settings (validated here, once). ``judge``: a custom branch-scope
         judge (folding=branch); default: the one rollout.scope_judge names. Not settings:
         ``progress`` (a rich progress line; None: when stdout is a terminal), ``on_episode`` (called as each episode ends),
-        ``env_kwargs`` (for an env id), ``lockstep`` (timing-independent batches, see Batcher;
-        train.deterministic sets it), ``timeout_setting`` (the name error messages give the
-        episode timeout where the user is)."""
+        ``env_kwargs`` (for an env id), ``lockstep`` (timing-independent decode batches, see
+        :func:`lockstep_mode`), ``timeout_setting`` (the name error messages give the episode
+        timeout where the user is)."""
         if (generator is None) == (policy_factory is None):
             raise ConfigError("rollout", "give exactly one of generator or policy_factory")
         self.env = env
@@ -145,7 +147,8 @@ class Runner:
         self.config = config or RolloutConfig()
         self.config.validate()
         self.show_progress = sys.stdout.isatty() if progress is None else progress
-        self.on_episode, self.lockstep = on_episode, lockstep
+        self.on_episode = on_episode
+        self.lockstep, self.lockstep_wait_s = lockstep_mode(lockstep, generator)
         self.env_kwargs = dict(env_kwargs or {})
         self.timeout_setting = timeout_setting
         self.context = choose_context(self.config, tokenizer)  # once, before any episode
@@ -334,7 +337,9 @@ class Runner:
         results: list[Episode | None] = [None] * len(jobs)
         stream = _Stream(out_path)
         batcher = self._batcher = (
-            Batcher(self.generator, lockstep=self.lockstep) if self.generator is not None else None
+            Batcher(self.generator, lockstep=self.lockstep, lockstep_wait_s=self.lockstep_wait_s)
+            if self.generator is not None
+            else None
         )
         if self.generator is not None:
             # the learner may have changed the weights in place since the last run
@@ -377,6 +382,7 @@ class Runner:
         if batcher is not None:
             self.stats.generate_busy_s = batcher.busy_s
             self.stats.generate_calls = batcher.calls
+            self.stats.lockstep_cut = batcher.cut
             self.stats.generator_idle_share = batcher.idle_share(self.stats.wall_s)
         episodes = [e for e in results if e is not None]
         stream.finish(episodes)
@@ -399,6 +405,25 @@ class Runner:
         except RuntimeError:
             return asyncio.run(self.arun(tasks, **kwargs))
         raise RuntimeError("Runner.run() was called inside a running event loop; await Runner.arun() instead")
+
+
+#: Auto lockstep waits at most this long for an episode's env call before a decode batch goes ahead
+#: without it (counted as ``rollout/lockstep_cut``): a hung call delays the wave by this much.
+LOCKSTEP_WAIT_S = 60.0
+
+
+def lockstep_mode(lockstep: bool | None, generator: Any) -> tuple[bool, float | None]:
+    """``(lockstep, wait limit)`` for a run. A row's floats depend on which prompts share its decode
+    batch (~1e-5 in a log-prob; enough to flip a near-tie sample), so with an in-process generator
+    that decodes the whole wave together (``shared_batches``: hf, vllm) batches are lock-step by
+    default (None): each waits until every active episode has asked, ordered by seed, and the same
+    seed gives the same run; the wait for a slow env call is capped at :data:`LOCKSTEP_WAIT_S`.
+    ``True`` (``train.deterministic``): lock-step without a cap. ``False``: a batch takes what
+    arrives within 2 ms (timing decides the batches). Remote servers are never lock-step: each
+    request is its own (and the server batches them with others anyway)."""
+    if lockstep is None:
+        return bool(getattr(generator, "shared_batches", False)), LOCKSTEP_WAIT_S
+    return lockstep, None
 
 
 async def _within_own_time(coro: Any, progress: Any, budget_s: float, shared_generator: bool) -> Any:
@@ -522,7 +547,7 @@ def run_episodes(
     progress: bool | None = None,
     on_episode: Callable[[Episode], None] | None = None,
     env_kwargs: dict[str, Any] | None = None,
-    lockstep: bool = False,
+    lockstep: bool | None = None,
     timeout_setting: str = "rollout.episode_timeout_s",
     **overrides: Any,
 ) -> list[Episode]:

@@ -186,8 +186,9 @@ class Rollouts:
         self.eval_tasks = list(probe.unwrapped.load_tasks(env_cfg.eval_split))
         probe.close()
         self.config, self.generator, self.tokenizer = config, generator, tokenizer
-        # not rollout settings: how this trainer runs them (quiet, timing-independent batches when deterministic)
-        self.run_options = {"progress": False, "lockstep": config.train.deterministic}
+        # not rollout settings: how this trainer runs them (quiet; decode batches lock-step with an
+        # in-process generator, without a wait limit under train.deterministic: runner.lockstep_mode)
+        self.run_options = {"progress": False, "lockstep": True if config.train.deterministic else None}
 
     def run(self, tasks: list[Any], *, seed: int, version: int, group_size: int, temperature: float | None = None,
             out_path: Path | None = None, on_episode: Any = None) -> tuple[list[Episode], RunStats]:  # fmt: skip
@@ -308,6 +309,7 @@ def train(config: RunConfig) -> dict[str, Any]:
             base_url=config.rollout.base_url,
         )  # fmt: skip
     rollouts = Rollouts(config, generator, tokenizer)
+    progress.print(batching_line(generator, config.train.deterministic))
     logger = MetricsLogger(out_dir, enabled=rank0, wandb=train_cfg.wandb, run_config=to_dict(config),
                            resume=resume_from is not None, console=progress.console)  # fmt: skip
     if rank0:
@@ -615,6 +617,19 @@ def _shared_summary(run_dir: str | Path) -> Path:
         raise ConfigError("train.eval_before_from", f"{run_dir} has no summary.json (not a finished run)",
                           "point it at a finished run's out_dir, or leave it empty to evaluate")  # fmt: skip
     return path
+
+
+def batching_line(generator: Any, deterministic: bool) -> str:
+    """How rollout and eval decode batches form, for the log (see ``runner.lockstep_mode``)."""
+    from agentrl.rollout.runner import LOCKSTEP_WAIT_S, lockstep_mode
+
+    lockstep, wait = lockstep_mode(True if deterministic else None, generator)
+    if not lockstep:
+        return "rollout batching: per request (a remote server batches them): not repeatable bit for bit"
+    limit = "without a wait limit (train.deterministic)" if wait is None else (
+        f"waiting at most {LOCKSTEP_WAIT_S:g}s for a slow env call (rollout/lockstep_cut counts batches that did not)")  # fmt: skip
+    return ("rollout batching: lock-step (each decode batch holds every active episode's request, ordered by seed: "
+            f"the same seed gives the same run), {limit}")  # fmt: skip
 
 
 def _resolve_prefix_cache(config: RunConfig, model: Any, progress: Any) -> RunConfig:

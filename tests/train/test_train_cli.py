@@ -70,6 +70,9 @@ def test_train_through_a_pipe_prints_every_phase_and_records_the_auto_precision(
     # the prefix cache: at least the default 65,536 tokens (above 2 episodes x 1,536 in flight)
     cache = having(r"generator: hf, rollout\.prefix_cache_tokens=65536: 65536 tokens \(.*: the default, above the 3072 of every episode in flight$")
     assert len(cache) == 1 and cache[0] in log, proc.stdout
+    # decode batches: lock-step by default with the in-process generator, said once
+    batching = having(r"rollout batching: lock-step \(.*the same seed gives the same run\), waiting at most 60s ")
+    assert len(batching) == 1 and batching[0] in log, proc.stdout
     assert resolved["rollout"]["prefix_cache_tokens"] == 65536
     assert decision[0].startswith(
         f"precision: train.bf16_autocast={str(resolved['train']['bf16_autocast']).lower()}"
@@ -77,6 +80,7 @@ def test_train_through_a_pipe_prints_every_phase_and_records_the_auto_precision(
     # metrics.jsonl has the warm-up steps (before RL's step 1), so curve.png shows them
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "sft/loss" in r] == [-3, -2, -1]
+    assert [r["rollout/lockstep_cut"] for r in records if "rollout/lockstep_cut" in r] == [0.0, 0.0]
     # each eval line shows the success that is logged, not the mean outcome (a partial score)
     logged = {r["step"]: r["eval/success"] for r in records if "eval/success" in r}
     for step, pattern in ((0, r"eval before RL:  episode 1/1  success="), (2, r"eval after step 2:  episode 1/1  success=")):
