@@ -11,7 +11,7 @@ whether each run's episodes (every token id and log-prob) equal that mode's firs
 
     python benchmarks/bench_lockstep.py             # 4 tasks x 8 samples, 3 turns, 32 new tokens, 3 runs per mode
     python benchmarks/bench_lockstep.py --quick     # 2 tasks x 2 samples, 2 turns, 8 new tokens, 2 runs per mode
-    python benchmarks/bench_lockstep.py --env agentrl/SearchMultiHop-v0 --reps 4 --json out.json
+    python benchmarks/bench_lockstep.py --tasks 2 --turns 2 --reps 2 --json out.json   # about 2 min a run on 2 busy cores
 """
 
 from __future__ import annotations
@@ -53,9 +53,12 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--env", default="agentrl/Search-v0")
     p.add_argument("--reps", type=int, default=None, help="runs per mode (default 3; --quick 2)")
+    p.add_argument("--tasks", type=int, default=None, help="tasks per run (default 4; --quick 2)")
+    p.add_argument("--turns", type=int, default=None, help="env turns per episode (default 3; --quick 2)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     tasks, group, turns, new = (2, 2, 2, 8) if args.quick else (4, 8, 3, 32)
+    tasks, turns = args.tasks or tasks, args.turns or turns
     reps = args.reps or (2 if args.quick else 3)
     model, tokenizer = load_model("smollm2-135m")
     config = RolloutConfig(max_new_tokens=new, max_turns=turns, temperature=1.0, max_context_tokens=4096,
