@@ -309,7 +309,7 @@ def train(config: RunConfig) -> dict[str, Any]:
             base_url=config.rollout.base_url,
         )  # fmt: skip
     rollouts = Rollouts(config, generator, tokenizer)
-    progress.print(batching_line(generator, config.train.deterministic))
+    progress.print(batching_line(generator, rollouts.run_options["lockstep"]))
     logger = MetricsLogger(out_dir, enabled=rank0, wandb=train_cfg.wandb, run_config=to_dict(config),
                            resume=resume_from is not None, console=progress.console)  # fmt: skip
     if rank0:
@@ -471,8 +471,8 @@ def train(config: RunConfig) -> dict[str, Any]:
         ("before RL", "after RL", "tasks", "gained", "lost", "sign-test p"),
     )  # fmt: skip
     logger.plot(("sft/loss", "env/reward", "eval/success", "loss/loss", "loss/entropy"))
-    if peaks.line():
-        logger.console.print(peaks.line())
+    if line := peaks.line():
+        logger.console.print(line)
     logger.close()
     progress.close()
     summary["precision"] = precision.as_dict()
@@ -619,15 +619,16 @@ def _shared_summary(run_dir: str | Path) -> Path:
     return path
 
 
-def batching_line(generator: Any, deterministic: bool) -> str:
-    """How rollout and eval decode batches form, for the log (see ``runner.lockstep_mode``)."""
-    from agentrl.rollout.runner import LOCKSTEP_WAIT_S, lockstep_mode
+def batching_line(generator: Any, lockstep: bool | None) -> str:
+    """How rollout and eval decode batches form (``lockstep`` as the runs are given it, resolved by
+    ``runner.lockstep_mode``), for the log."""
+    from agentrl.rollout.runner import lockstep_mode
 
-    lockstep, wait = lockstep_mode(True if deterministic else None, generator)
+    lockstep, wait = lockstep_mode(lockstep, generator)
     if not lockstep:
         return "rollout batching: per request (a remote server batches them): not repeatable bit for bit"
     limit = "without a wait limit (train.deterministic)" if wait is None else (
-        f"waiting at most {LOCKSTEP_WAIT_S:g}s for a slow env call (rollout/lockstep_cut counts batches that did not)")  # fmt: skip
+        f"waiting at most {wait:g}s for a slow env call (rollout/lockstep_cut counts batches that did not)")  # fmt: skip
     return ("rollout batching: lock-step (each decode batch holds every active episode's request, ordered by seed: "
             f"the same seed gives the same run), {limit}")  # fmt: skip
 
