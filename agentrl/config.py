@@ -366,6 +366,7 @@ NOT_EVAL_SETTINGS = {
     "rollout.watchdog_s": "as episode_timeout_s", "rollout.watchdog_action": "as episode_timeout_s",
     "rollout.max_retries": "as episode_timeout_s",
     "rollout.unfolded_penalty": "training reward shaping (success is the env's own metric)",
+    "rollout.branches": "training tree rollouts (evals run chains)", "rollout.branch_at": "training tree rollouts",
     "rollout.unfolded_threshold": "as unfolded_penalty", "rollout.failure_penalty": "as unfolded_penalty",
     "rollout.scope_penalty": "as unfolded_penalty", "rollout.scope_judge": "as unfolded_penalty",
     "rollout.scope_judge_url": "as unfolded_penalty", "rollout.scope_judge_model": "as unfolded_penalty",

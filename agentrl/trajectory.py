@@ -22,8 +22,10 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # 2: Turn.process_reward (per output token, FoldGRPO Q); version-1 records still load (see _upgrade).
+# 3: tree rollouts: Turn.shared, Episode.parent_id / branch_turn; version-2 records load unchanged
+#    (the new fields' defaults describe a chain episode).
 
 
 class Source(IntEnum):
@@ -34,6 +36,8 @@ class Source(IntEnum):
     TOOL = 2  # environment / tool observation text
     SUMMARY = 3  # sampled by the policy as a context summary (trainable, FoldAct/SUPO)
     TEMPLATE = 4  # bridge tokens the chat template inserts between turns
+    SHARED = 5  # sampled by the policy on the prefix every episode of its group shares (tree rollouts):
+    # not trained (see Turn.shared)
 
 
 TRAINABLE = (Source.MODEL, Source.SUMMARY)
@@ -61,6 +65,11 @@ class Turn:
     error: str | None = None  # what went wrong with the action: failed/malformed tool call, misused branch
     finish_reason: str | None = None  # "stop" | "length"
     process_reward: list[float] | None = None  # per output token, <= 0 (FoldGRPO Q); None = not computed
+    # Tree rollouts: the turn lies on the prefix that every episode of its group shares (before the
+    # branch point). Its group-relative advantage sums to zero over the group, so it is left out of
+    # the loss (its tokens' source is SHARED). In a branch it is the root's turn replayed (same ids
+    # and sampler log-probs), not sampled again.
+    shared: bool = False
 
     def __post_init__(self) -> None:
         if len(self.output_ids) != len(self.output_logprobs):
@@ -119,6 +128,8 @@ class Episode:
     policy_version: int = 0
     error: str | None = None  # set when the episode failed (it is still recorded)
     timings: dict[str, float] = field(default_factory=dict)
+    parent_id: str | None = None  # tree rollouts: the root episode this branch was forked from
+    branch_turn: int | None = None  # tree rollouts: turns before this index are the shared prefix
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -158,7 +169,9 @@ def _upgrade(record: dict[str, Any]) -> dict[str, Any]:
         record["segments"] = [
             {**s, "turns": [_turn_v1_to_v2(t) for t in s["turns"]]} for s in record["segments"]
         ]
-        record["schema_version"] = 2
+        record["schema_version"] = version = 2
+    if version == 2:
+        record["schema_version"] = 3  # tree fields: their defaults describe a chain episode
     return record
 
 
@@ -259,6 +272,14 @@ class TokenBatch:
         return tuple(self.input_ids.shape)  # type: ignore[return-value]
 
 
+def output_source(turn: Turn) -> Source:
+    """The provenance of a turn's generated tokens: SHARED on a tree group's common prefix, SUMMARY
+    for a summary turn, else MODEL."""
+    if turn.shared:
+        return Source.SHARED
+    return Source.SUMMARY if turn.kind == "summary" else Source.MODEL
+
+
 def segment_arrays(segment: Segment) -> dict[str, list]:
     """Flat per-token lists of one segment: the readable definition of a :class:`TokenBatch` row.
 
@@ -272,7 +293,7 @@ def segment_arrays(segment: Segment) -> dict[str, list]:
     process = [0.0] * len(ids)
     entropy: list[float] | None = [0.0] * len(ids)
     for turn in segment.turns:
-        kind = Source.SUMMARY if turn.kind == "summary" else Source.MODEL
+        kind = output_source(turn)
         n = len(turn.output_ids)
         ids += turn.output_ids
         source += [int(kind)] * n
@@ -364,7 +385,7 @@ def build_batch(episodes: Sequence[Episode], *, pad_id: int = 0, max_len: int | 
             chunk_turn += (turn.index, -1)
             chunk_out += (True, False)
             chunk_src += (
-                int(Source.SUMMARY if turn.kind == "summary" else Source.MODEL),
+                int(output_source(turn)),
                 _chunk_source(turn.obs_source, -1, listed),
             )
             logp += turn.output_logprobs

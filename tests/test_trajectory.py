@@ -73,9 +73,10 @@ def test_newer_schema_version_is_refused_with_a_fix(tmp_path):
 
 
 def test_version_1_records_still_load(tmp_path):
-    """A v1 record (no Turn.process_reward; a per-turn reward_parts["process"]) loads as v2."""
+    """A v1 record (no Turn.process_reward; a per-turn reward_parts["process"]; no tree fields)
+    loads as the current version."""
     current = _episode()
-    v1 = current.to_dict()
+    v1 = _without_tree_fields(current.to_dict())
     v1["schema_version"] = 1
     for seg in v1["segments"]:
         for turn in seg["turns"]:
@@ -83,7 +84,7 @@ def test_version_1_records_still_load(tmp_path):
     v1["segments"][1]["turns"][0]["reward_parts"] = {"process": -1.0}
     (tmp_path / "v1.jsonl").write_text(json.dumps(v1) + "\n")
     (old,) = load(tmp_path / "v1.jsonl")
-    assert SCHEMA_VERSION == 2 and old.schema_version == 2
+    assert SCHEMA_VERSION == 3 and old.schema_version == 3
     assert [t.process_reward for t in old.turns] == [None, None, [-1.0, -1.0]]
     assert old.segments[0] == current.segments[0]  # nothing else changed
     # Parquet stores the same record (free-form fields as JSON text): v1 rows load there too
@@ -95,6 +96,26 @@ def test_version_1_records_still_load(tmp_path):
         for turn in seg["turns"]:
             del turn["process_reward"]
     assert [t.process_reward for t in _from_parquet_record(record).turns] == [None, None, None]
+
+
+def _without_tree_fields(record: dict) -> dict:
+    """A record as schema version 2 wrote it: no Turn.shared, Episode.parent_id or branch_turn."""
+    record = {k: v for k, v in record.items() if k not in ("parent_id", "branch_turn")}
+    record["segments"] = [{**s, "turns": [{k: v for k, v in t.items() if k != "shared"} for t in s["turns"]]}
+                          for s in record["segments"]]  # fmt: skip
+    return record
+
+
+def test_version_2_records_load_as_chain_episodes(tmp_path):
+    """A v2 record (before tree rollouts) loads with the tree fields' defaults: nothing shared, no parent."""
+    current = _episode()
+    v2 = _without_tree_fields(current.to_dict())
+    v2["schema_version"] = 2
+    (tmp_path / "v2.jsonl").write_text(json.dumps(v2) + "\n")
+    (old,) = load(tmp_path / "v2.jsonl")
+    assert old.schema_version == 3 and old.parent_id is None and old.branch_turn is None
+    assert not any(t.shared for t in old.turns)
+    assert old.segments == current.segments
 
 
 def test_turn_validates_process_reward():

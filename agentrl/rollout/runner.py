@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError, EpisodeError
-from agentrl.rollout import process_rewards
+from agentrl.rollout import process_rewards, tree
 from agentrl.rollout.agent import EpisodeRun, ModelPolicy, SamplingPolicy, call_in_executor
 from agentrl.rollout.batcher import Batcher
 from agentrl.rollout.context import choose_context
@@ -92,6 +92,8 @@ class _Job:
     group_id: str
     seed: int | None
     sampling_seed: int  # the episode's own sampling stream (see Runner.arun)
+    root: Episode | None = None  # tree rollouts: the episode this branch forks from
+    replay: int = 0  # tree rollouts: how many of the root's turns the branch replays
 
 
 def task_id(task: Any) -> str:
@@ -186,6 +188,8 @@ class Runner:
 
         options, _ = _task_options(job.task)
         env = await call(self._make_env)
+        if job.root is not None:
+            policy = tree.ReplayPolicy(job.root.turns[: job.replay], policy)
         run = EpisodeRun(
             env,
             policy,
@@ -208,7 +212,10 @@ class Runner:
         try:
             await run.start()  # a remote env's start has its own limit (env.ray_start_timeout_s)
             shared = bool(getattr(self.generator, "shared_batches", False))
-            return await _within_own_time(run.run(), run.progress, self.config.episode_timeout_s, shared)
+            episode = await _within_own_time(run.run(), run.progress, self.config.episode_timeout_s, shared)
+            if job.root is not None:
+                tree.finish_branch(episode, job.root, job.replay)
+            return episode
         except TimeoutError:
             raise EpisodeError(
                 f"episode timeout after {self.config.episode_timeout_s:g}s ({self.timeout_setting}); "
@@ -274,6 +281,8 @@ class Runner:
         if run is not None:
             episode = run.episode(error=error)  # what was recorded before the failure
             episode.task_id = episode.task_id or task_id  # a crash in reset recorded none: paired evals key on it
+            if job.root is not None:
+                episode.parent_id = job.root.episode_id
             return episode
         return Episode(
             episode_id=f"failed-{job.index}",
@@ -315,6 +324,10 @@ class Runner:
     ) -> list[Episode]:
         """Run ``group_size`` episodes per task; returns episodes in job order (task-major).
 
+        With ``rollout.branches`` > 0 each of them is the root of a tree (:mod:`agentrl.rollout.tree`):
+        once every root has ended, each root's branches run (seeded from the root's stream), and the
+        result lists each root followed by its branches; a tree is one group.
+
         Each episode samples from its own stream, seeded by (``seed`` or the task's ``seeds``
         entry, task id, occurrence of that task in ``tasks``, sample index): the same episode comes
         out whatever the concurrency, the other tasks of the call, or the order episodes finish in
@@ -333,8 +346,9 @@ class Runner:
                 job_seed = seeds[t_index] if seeds is not None else seed + index
                 base = seeds[t_index] if seeds is not None and seeds[t_index] is not None else seed
                 stream = derive_seed(base, key, occurrence, sample)
-                jobs.append(_Job(index=index, task=task, group_id=group, seed=job_seed, sampling_seed=stream))
-        results: list[Episode | None] = [None] * len(jobs)
+                tree_group = f"{group}/tree{sample}" if cfg.branches else group
+                jobs.append(_Job(index=index, task=task, group_id=tree_group, seed=job_seed, sampling_seed=stream))
+        results: list[Episode | None] = [None] * (len(jobs) * (1 + cfg.branches))
         stream = _Stream(out_path)
         batcher = self._batcher = (
             Batcher(self.generator, lockstep=self.lockstep, lockstep_wait_s=self.lockstep_wait_s)
@@ -348,7 +362,7 @@ class Runner:
         executor = ThreadPoolExecutor(max_workers=cfg.concurrency + 4, thread_name_prefix="agentrl-env")
         semaphore = asyncio.Semaphore(cfg.concurrency)
         t0 = time.perf_counter()
-        display = _Display(len(jobs), self, enabled=self.show_progress)
+        display = _Display(len(results), self, enabled=self.show_progress)
 
         async def one(job: _Job) -> None:
             async with semaphore:
@@ -360,7 +374,8 @@ class Runner:
                     if batcher is not None:
                         batcher.leave()
             results[job.index] = episode
-            stream.write(episode)
+            if not (cfg.branches and job.root is None):  # a root is written once its shared turns are marked
+                stream.write(episode)
             self._account(episode)
             display.advance()
             if self.on_episode is not None:
@@ -370,6 +385,12 @@ class Runner:
         try:
             with display:
                 await asyncio.gather(*(one(job) for job in jobs))
+                if cfg.branches:  # every root has ended: its branches fork from it (tree.py)
+                    branches = self._branch_jobs(jobs, results)
+                    for root in results:
+                        if root is not None:
+                            stream.write(root)
+                    await asyncio.gather(*(one(job) for job in branches))
         finally:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -388,11 +409,32 @@ class Runner:
         stream.finish(episodes)
         return episodes
 
+    def _branch_jobs(self, roots: list[_Job], results: list[Episode | None]) -> list[_Job]:
+        """Tree rollouts: the branches of every root that ended with at least one turn, each placed
+        right after its root in ``results`` (the root's job index, times 1 + branches)."""
+        cfg, jobs = self.config, []
+        per_tree = 1 + cfg.branches
+        ended = [results[job.index] for job in roots]
+        results[:] = [None] * len(results)
+        for job, root in zip(roots, ended, strict=True):
+            job_slot = job.index * per_tree
+            results[job_slot] = root
+            if root is None or root.failed or not root.turns:
+                continue
+            replay = tree.branch_turn(root, cfg.branch_at, job.sampling_seed)
+            tree.mark_shared(root, replay)
+            for b in range(1, per_tree):
+                jobs.append(replace(job, index=job_slot + b, sampling_seed=derive_seed(job.sampling_seed, "branch", b),
+                                    root=root, replay=replay))  # fmt: skip
+        return jobs
+
     def _account(self, episode: Episode) -> None:
         self.stats.episodes += 1
         self.stats.failed += int(episode.failed)
         self.stats.turns += len(episode.turns)
-        self.stats.generated_tokens += sum(len(t.output_ids) for t in episode.turns)
+        # a branch's replayed turns were generated once, by its root
+        replayed = episode.parent_id is not None
+        self.stats.generated_tokens += sum(len(t.output_ids) for t in episode.turns if not (replayed and t.shared))
         self.stats.env_s += episode.timings.get("env_s", 0.0)
         for key, value in episode.metrics.items():
             if key.startswith("process/"):

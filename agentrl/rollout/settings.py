@@ -35,7 +35,11 @@ class RolloutConfig:
     base_url: str | None = None
     """Server URL for the openai backend (e.g. http://127.0.0.1:8000/v1)."""
     group_size: int = 4
-    """Rollouts per task (G) for group-relative advantages."""
+    """Rollouts per task (G) for group-relative advantages; with branches > 0, the roots (trees) per task."""
+    branches: int = 0
+    """Tree rollouts (Tree-GRPO / ARPO style): after each root episode ends, this many more episodes fork from it at a turn boundary (branch_at) and continue on their own; a root and its branches form one group, and the turns they share are left out of the loss. 0 = chains (group_size independent episodes per task)."""
+    branch_at: str = "last"
+    """With branches > 0: where a branch forks from its root: last (before the root's last turn: the answer, for a search agent) | uniform (a turn boundary drawn uniformly, seeded)."""
     tasks_per_step: int = 4
     """Tasks sampled per training step."""
     concurrency: int = 8
@@ -125,6 +129,7 @@ class RolloutConfig:
         self._check_process_rewards(prefix)
         check_choice(f"{prefix}.folding", self.folding, ("none", "branch", "summary"))
         check_choice(f"{prefix}.template_mode", self.template_mode, ("auto", "concat", "per_turn"))
+        self._check_tree(prefix)
         if self.max_new_tokens >= self.max_context_tokens:
             raise ConfigError(
                 f"{prefix}.max_new_tokens",
@@ -132,6 +137,15 @@ class RolloutConfig:
                 "lower max_new_tokens or raise max_context_tokens",
             )
         self.sampling()  # temperature / top_p ranges: the sampler's own check
+
+    def _check_tree(self, prefix: str) -> None:
+        """Tree rollouts: branches >= 0, branch_at a known rule, and a context a branch can replay."""
+        if self.branches < 0:
+            raise ConfigError(f"{prefix}.branches", f"must be >= 0 (0 = chains), got {self.branches}")
+        check_choice(f"{prefix}.branch_at", self.branch_at, ("last", "uniform"))
+        if self.branches and self.folding != "none":
+            raise ConfigError(f"{prefix}.branches", f"tree rollouts replay a root's turns in order, which "
+                              f"folding={self.folding} does not keep", "set rollout.folding=none or rollout.branches=0")  # fmt: skip
 
     def _check_process_rewards(self, prefix: str) -> None:
         """FoldGRPO's process rewards: penalties finite and <= 0, the threshold in (0, 1], the judge

@@ -83,12 +83,26 @@ def filter_episodes(episodes: list[Episode], config: RunConfig) -> tuple[list[Ep
         keep = dynamic_sampling_keep(
             torch.tensor([ep.outcome for ep in kept]), torch.tensor([groups[ep.group_id] for ep in kept])
         )
-        stats["rollout/equal_groups_dropped"] = float(len(kept) - int(keep.sum())) / config.rollout.group_size
+        dropped = {ep.group_id for ep, k in zip(kept, keep.tolist(), strict=True) if not k}
+        stats["rollout/equal_groups_dropped"] = float(len(dropped))
         kept = [ep for ep, k in zip(kept, keep.tolist(), strict=True) if k]
     return kept, stats
 
 
 def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str, float], run_stats: RunStats,
+def episodes_per_task(config: RunConfig) -> int:
+    """Training episodes per task: ``group_size`` chains, or trees of 1 + ``branches`` episodes."""
+    return config.rollout.group_size * (1 + config.rollout.branches)
+
+
+def informative_groups(kept: list[Episode], generated_tokens: int) -> dict[str, float]:
+    """The groups a step trains on (after the filters) and how many per 1,000 generated tokens: the
+    sampling efficiency tree and chain rollouts are compared by."""
+    groups = len({ep.group_id for ep in kept})
+    return {"rollout/groups_trained": float(groups),
+            "rollout/groups_per_1k_tokens": 1000.0 * groups / max(generated_tokens, 1)}  # fmt: skip
+
+
                   config: RunConfig, rollouts: Rollouts, sampler: TaskSampler, engine: Any, *, step: int, tag: str,
                   progress: RunProgress) -> tuple[list[Episode], list[Episode], dict[str, float], RunStats]:  # fmt: skip
     """``algo.refill_rounds``: DAPO's dynamic sampling over-samples. While fewer than
@@ -105,11 +119,11 @@ def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str,
     while rounds < config.algo.refill_rounds and _any_rank(engine, len(groups(kept)) < want):
         rounds += 1
         picked = sampler.next(want * world_size)[rank::world_size]
-        with progress.phase(f"{tag} refill {rounds}/{config.algo.refill_rounds}", len(picked) * group_size,
+        with progress.phase(f"{tag} refill {rounds}/{config.algo.refill_rounds}", len(picked) * episodes_per_task(config),
                             unit="episode", per_step=False, key="rollout") as phase:  # fmt: skip
             more, more_run = rollouts.run(
                 [rollouts.train_tasks[i] for i in picked], seed=derive_seed(seed, "rollout", step, "refill", rounds),
-                version=step, group_size=group_size, on_episode=phase.on_episode(),
+                version=step, group_size=group_size, on_episode=phase.on_episode(), branches=config.rollout.branches,
             )  # fmt: skip
         for ep in more:  # a task drawn again in a later round must not join an earlier round's group
             ep.group_id = f"refill{rounds}/{ep.group_id}"
@@ -191,11 +205,12 @@ class Rollouts:
         self.run_options = {"progress": False, "lockstep": True if config.train.deterministic else None}
 
     def run(self, tasks: list[Any], *, seed: int, version: int, group_size: int, temperature: float | None = None,
-            out_path: Path | None = None, on_episode: Any = None) -> tuple[list[Episode], RunStats]:  # fmt: skip
-        """One wave of episodes; returns them and what the runner measured (``.as_metrics()``)."""
+            out_path: Path | None = None, on_episode: Any = None, branches: int = 0) -> tuple[list[Episode], RunStats]:  # fmt: skip
+        """One wave of episodes; returns them and what the runner measured (``.as_metrics()``).
+        ``branches``: tree rollouts (training passes ``rollout.branches``; evals run chains)."""
         from agentrl.rollout.runner import RunStats, run_episodes
 
-        settings = dataclasses.replace(self.config.rollout, group_size=group_size)
+        settings = dataclasses.replace(self.config.rollout, group_size=group_size, branches=branches)
         if temperature is not None:
             settings = dataclasses.replace(settings, temperature=temperature)
         stats = RunStats()
@@ -386,7 +401,7 @@ def train(config: RunConfig) -> dict[str, Any]:
         t0 = time.perf_counter()
         peaks.start()
         tag = f"step {step + 1}/{train_cfg.steps}"
-        with progress.phase(f"{tag} rollout", len(picked) * config.rollout.group_size, unit="episode",
+        with progress.phase(f"{tag} rollout", len(picked) * episodes_per_task(config), unit="episode",
                             per_step=False, key="rollout") as phase:  # fmt: skip
             episodes, rollout_stats = rollouts.run(
                 [rollouts.train_tasks[i] for i in picked], seed=derive_seed(train_cfg.seed, "rollout", step),
@@ -397,13 +412,14 @@ def train(config: RunConfig) -> dict[str, Any]:
             episodes, kept, filter_stats, rollout_stats = refill_groups(
                 episodes, kept, filter_stats, rollout_stats, config, rollouts, sampler, engine, step=step, tag=tag, progress=progress
             )  # fmt: skip
+                branches=config.rollout.branches,
         if train_cfg.save_episodes and rank0:
             (out_dir / "episodes").mkdir(parents=True, exist_ok=True)
             write_jsonl(episodes, out_dir / "episodes" / f"step-{step + 1:06d}.jsonl")
         rollout_s = time.perf_counter() - t0
         metrics = {**episode_metrics(episodes), **context_metrics(episodes, config.rollout.folding),
                    **rollout_stats.as_metrics(), "perf/rollout_s": rollout_s}  # fmt: skip
-        metrics |= filter_stats | peaks.end("rollout")
+        metrics |= filter_stats | peaks.end("rollout") | informative_groups(kept, rollout_stats.generated_tokens)
         if kept:
             # 2. behaviour (+ reference) log-probs, advantages; 3. PPO epochs
             policy.train()

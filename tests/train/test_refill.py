@@ -23,7 +23,7 @@ class ScriptedRollouts:
         self.rounds, self.calls = list(rounds), []
         self.train_tasks = [{"id": f"task{i}"} for i in range(100)]
 
-    def run(self, tasks, *, seed, version, group_size, on_episode=None):
+    def run(self, tasks, *, seed, version, group_size, on_episode=None, branches=0):
         outcomes = self.rounds.pop(0)
         assert len(outcomes) == len(tasks)
         self.calls.append({"tasks": [t["id"] for t in tasks], "seed": seed, "version": version})

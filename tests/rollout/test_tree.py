@@ -1,0 +1,117 @@
+"""Tree rollouts (rollout.branches): a root episode forks by replay at a turn boundary; the branches
+reach the same env state, share the root's prefix token for token, and leave it out of the loss."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from tests.rollout.toy import LookupEnv, make_lookup_env
+
+from agentrl.errors import ConfigError
+from agentrl.rollout.generators.hf import HFGenerator
+from agentrl.rollout.runner import RunStats, run_episodes
+from agentrl.rollout.settings import RolloutConfig
+from agentrl.rollout.tree import prefix_ids
+from agentrl.trajectory import Source, build_batch, segment_arrays
+
+
+def _settings(**changes) -> RolloutConfig:
+    base = dict(max_new_tokens=12, max_context_tokens=1024, temperature=1.0, concurrency=16, group_size=2,
+                branches=3, max_turns=3)  # fmt: skip
+    return RolloutConfig(**{**base, **changes})
+
+
+def _run(tiny, tokenizer, env=make_lookup_env, stats=None, **changes):
+    gen = HFGenerator(tiny, tokenizer, max_batch_size=16)
+    return run_episodes(env, ["k1", "k2"], gen, tokenizer, _settings(**changes), seed=7, stats=stats)
+
+
+def test_each_root_is_followed_by_its_branches_which_replay_its_prefix_exactly(tiny, tokenizer):
+    stats = RunStats()
+    episodes = _run(tiny, tokenizer, stats=stats)
+    assert len(episodes) == 2 * 2 * 4  # tasks x roots x (root + 3 branches)
+    generated = 0
+    for tree in (episodes[i : i + 4] for i in range(0, len(episodes), 4)):
+        root, branches = tree[0], tree[1:]
+        assert root.parent_id is None and not root.failed
+        k = root.branch_turn
+        assert k == len(root.turns) - 1  # branch_at=last: the branches re-sample the last turn
+        assert all(t.shared for t in root.turns[:k]) and not any(t.shared for t in root.turns[k:])
+        generated += sum(len(t.output_ids) for t in root.turns)
+        for branch in branches:
+            assert not branch.failed, branch.error
+            assert branch.parent_id == root.episode_id and branch.group_id == root.group_id
+            assert branch.task_id == root.task_id and branch.branch_turn == k
+            assert prefix_ids(branch, k) == prefix_ids(root, k)  # the same state, token for token
+            assert [t.output_logprobs for t in branch.turns[:k]] == [t.output_logprobs for t in root.turns[:k]]
+            assert all(t.shared for t in branch.turns[:k]) and not any(t.shared for t in branch.turns[k:])
+            generated += sum(len(t.output_ids) for t in branch.turns[k:])
+        # the continuations after the fork are sampled on their own streams
+        assert len({tuple(e.turns[k].output_ids) for e in tree}) > 1
+    assert len({e.group_id for e in episodes}) == 4  # one group per tree
+    assert stats.generated_tokens == generated  # replayed turns are not counted as generated
+
+
+def test_shared_tokens_have_their_own_source_and_no_loss(tiny, tokenizer):
+    episodes = _run(tiny, tokenizer)
+    branch = episodes[1]
+    k = branch.branch_turn
+    assert k >= 1
+    batch = build_batch([branch])
+    row = segment_arrays(branch.segments[0])
+    shared = sum(len(t.output_ids) for t in branch.turns[:k])
+    own = sum(len(t.output_ids) for t in branch.turns[k:])
+    assert row["source"].count(int(Source.SHARED)) == shared
+    assert row["source"].count(int(Source.MODEL)) == own
+    assert int(batch.loss_mask.sum()) == own
+    assert torch.equal(batch.source[0, : len(row["source"])], torch.tensor(row["source"]))
+
+
+def _essence(episode):
+    return (episode.episode_id, episode.group_id, episode.parent_id, episode.branch_turn, episode.outcome,
+            [(t.output_ids, t.output_logprobs, t.obs_ids, t.shared) for t in episode.turns])  # fmt: skip
+
+
+def test_the_same_seed_gives_the_same_tree(tiny, tokenizer):
+    first, second = _run(tiny, tokenizer), _run(tiny, tokenizer)
+    assert [_essence(e) for e in first] == [_essence(e) for e in second]
+
+
+def test_uniform_branch_points_are_seeded_turn_boundaries(tiny, tokenizer):
+    episodes = _run(tiny, tokenizer, branch_at="uniform")
+    points = [e.branch_turn for e in episodes if e.parent_id is None]
+    assert all(0 <= p < 3 for p in points)
+    assert points == [e.branch_turn for e in _run(tiny, tokenizer, branch_at="uniform") if e.parent_id is None]
+
+
+class _DriftingEnv(LookupEnv):
+    """Observations carry a process-wide counter: the same actions do not give the same state."""
+
+    counter = itertools.count()
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return f"{obs} #{next(self.counter)}", reward, terminated, truncated, info
+
+
+def test_a_branch_that_diverges_under_replay_fails_saying_where(tiny, tokenizer):
+    from agentrl.env import ObservationBudget, TurnBudget
+
+    episodes = _run(tiny, tokenizer, env=lambda: TurnBudget(ObservationBudget(_DriftingEnv(), 2000), 3))
+    roots = [e for e in episodes if e.parent_id is None]
+    branches = [e for e in episodes if e.parent_id is not None]
+    assert roots and not any(r.failed for r in roots)
+    forked = [b for b in branches if b.branch_turn is None]  # failed branches are not marked shared
+    assert forked and all(b.failed and "fork by replay" in b.error and "observation of turn 0" in b.error for b in forked)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [({"branches": -1}, "rollout.branches"), ({"branch_at": "middle"}, "rollout.branch_at"),
+     ({"folding": "summary"}, "rollout.branches")],  # fmt: skip
+)
+def test_bad_tree_settings_name_the_field(changes, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        RolloutConfig(**{"branches": 2, **changes}).validate()
