@@ -347,7 +347,8 @@ def evaluate(
     request_timeout_s: float | None = typer.Option(
         None,
         "--request-timeout-s",
-        help="Limit of one HTTP request to a remote model [AGENTRL_EVAL_REQUEST_TIMEOUT_S, 120].",
+        help="Limit of one HTTP request to a remote model; a hung request costs this once (not retried, "
+        "not replayed) [AGENTRL_EVAL_REQUEST_TIMEOUT_S, 90].",
     ),
     max_retries: int | None = typer.Option(
         None,
@@ -362,7 +363,8 @@ def evaluate(
     max_context_tokens: int | None = typer.Option(
         None,
         "--max-context-tokens",
-        help="Token budget of a model episode's context [AGENTRL_EVAL_MAX_CONTEXT, 4096; chat: the server's limit].",
+        help="Token budget of a model episode's context; reaching it ends the episode as truncated "
+        "[AGENTRL_EVAL_MAX_CONTEXT, 4096; chat: the server's max_model_len or its answer].",
     ),
     api_key_env: str | None = typer.Option(
         None, "--api-key-env", help="Environment variable holding the chat server's API key [OPENAI_API_KEY]."
@@ -377,6 +379,13 @@ def evaluate(
         None,
         "--tool-protocol",
         help="chat agents: native (tools + tool_calls) or text (<tool_call> in the text).",
+    ),
+    chat_param: list[str] = typer.Option(
+        [],
+        "--chat-param",
+        help="chat agents: KEY=VALUE request field (repeatable; JSON value; KEY=none leaves it out; "
+        "extra_body={...} merges an object), e.g. temperature=0, reasoning_effort=low, "
+        "max_completion_tokens=2048 [AGENTRL_EVAL_CHAT_PARAMS, 'a=1;b=2'].",
     ),
     ray: str | None = typer.Option(
         None, help="Run the envs in Ray actors: auto, HOST:PORT, or local (a Ray on this machine)."
@@ -416,6 +425,7 @@ def evaluate(
                 "api_key_env": api_key_env,
                 "tool_protocol": tool_protocol,
                 "images": images,
+                "chat_params": tuple(chat_param) or None,
             },
             ray=ray,
             max_failed=max_failed,

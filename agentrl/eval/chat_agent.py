@@ -13,22 +13,103 @@ With ``images`` (``--images``), an image attachment goes to the model with the t
 
 Every request runs under the episode's deadline (``--episode-timeout-s``) and its own timeout
 (``--request-timeout-s``); a hung request costs its own episode only.
+
+Request fields are what hosted APIs take (:func:`chat_fields`): only what the user asked for is
+sent (no ``temperature`` unless ``--chat-param temperature=0``; ``max_tokens`` only with
+``--max-new-tokens``), OpenAI's reasoning models get ``max_completion_tokens`` instead of
+``max_tokens`` and no ``temperature``, and ``--chat-param KEY=VALUE`` adds, changes or (``none``)
+leaves out any field. A server that refuses a field stops the run at its first episode with the
+parameter and the flag to change (:class:`~agentrl.rollout.generators.chat.ParameterRefused`).
+
+The context is bounded like a token agent's: once the conversation reaches
+``--max-context-tokens`` (when set; else the ``max_model_len`` the server lists), or the server
+answers that it exceeds its context window, the episode ends truncated ("budget hit"), with the
+reason in its transcript, never as a crash.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentrl.actions import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, format_tool_call
 from agentrl.env import Task
 from agentrl.errors import ConfigError, EpisodeError
-from agentrl.rollout.generators.chat import ChatClient, ChatReply
+from agentrl.rollout.agent import OutOfBudget
+from agentrl.rollout.generators.chat import ChatClient, ChatReply, ContextWindowExceeded
 from agentrl.rollout.generators.http import DeadlineExceeded
 
 PROTOCOLS = ("native", "text")
+#: OpenAI's reasoning models: no temperature, max_completion_tokens instead of max_tokens
+REASONING_MODELS = re.compile(r"^(o\d|gpt-5)", re.IGNORECASE)
+_NOT_PARAMS = ("model", "messages", "tools")
+
+
+def parse_chat_params(items: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` items: VALUE as JSON when it parses (else a string); ``none``/``null`` is
+    ``None`` (leave the field out); ``extra_body`` must be a JSON object."""
+    params: dict[str, Any] = {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ConfigError(
+                "--chat-param", f"{item!r} is not KEY=VALUE", "e.g. --chat-param reasoning_effort=low"
+            )
+        if key in _NOT_PARAMS:
+            raise ConfigError("--chat-param", f"{key} is not a parameter", "the agent sends it itself")
+        raw = raw.strip()
+        if raw.lower() in ("none", "null", ""):
+            value: Any = None
+        else:
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError:
+                value = raw
+        if key == "extra_body" and not isinstance(value, dict):
+            raise ConfigError("--chat-param", f"extra_body must be a JSON object, got {raw!r}",
+                              'e.g. --chat-param \'extra_body={"top_k": 20}\'')  # fmt: skip
+        params[key] = value
+    return params
+
+
+def chat_fields(model: str, settings: Any) -> tuple[dict[str, Any], list[str]]:
+    """The request fields a chat agent sends besides the conversation, and why (printed at start).
+
+    Only what was asked for: ``max_tokens`` with ``--max-new-tokens`` (``max_completion_tokens``
+    for OpenAI's reasoning models, or when ``--chat-param max_completion_tokens=...`` is given);
+    no temperature unless given (the server's default applies); then ``--chat-param`` items, which
+    win (``KEY=none`` leaves KEY out), and ``extra_body``'s fields on top."""
+    reasoning = bool(REASONING_MODELS.match(model.rsplit("/", 1)[-1]))
+    params = parse_chat_params(settings.chat_params)
+    extra = params.pop("extra_body", None) or {}
+    fields: dict[str, Any] = {}
+    notes: list[str] = []
+    if settings.explicit("max_new_tokens"):
+        key = "max_completion_tokens" if reasoning or "max_completion_tokens" in params else "max_tokens"
+        fields[key] = settings.max_new_tokens
+        notes.append(
+            f"{key}={settings.max_new_tokens} (--max-new-tokens"
+            + (", a reasoning model)" if reasoning else ")")
+        )
+    if "temperature" not in params and "temperature" not in extra:
+        notes.append(
+            "temperature not sent: the server's default applies (--chat-param temperature=0 for greedy)"
+        )
+    for key, value in {**params, **extra}.items():
+        if value is None:
+            fields.pop(key, None)
+            notes.append(f"{key} left out (--chat-param {key}=none)")
+        else:
+            fields[key] = value
+            notes.append(f"{key}={json.dumps(value)} (--chat-param)")
+    return fields, notes
+
+
 SEE_FIRST = "(the results of this turn's tool calls are in the first tool message)"
 
 
@@ -115,6 +196,9 @@ class ChatAgent:
             ``messages`` are exactly what was sent and received, with per-turn usage and latency).
         episode_id: this episode's id in ``transcripts``.
         images: send the task's image attachment (payload ``file_path``) with the task.
+        max_context_tokens: end the episode (truncated) once the last turn's prompt + completion
+            tokens (the server's usage) reach this; None: only the server's own limit.
+        context_setting: where ``max_context_tokens`` came from (named in the truncation reason).
     """
 
     def __init__(
@@ -129,6 +213,8 @@ class ChatAgent:
         transcripts: list[dict[str, Any]] | None = None,
         episode_id: str = "",
         images: bool = False,
+        max_context_tokens: int | None = None,
+        context_setting: str = "--max-context-tokens",
     ):
         if protocol not in PROTOCOLS:
             raise ConfigError("tool_protocol", f"{protocol!r} is not a tool protocol", "use native or text")
@@ -146,7 +232,10 @@ class ChatAgent:
         self.transcripts = transcripts
         self.episode_id = episode_id
         self.images = images
+        self.max_context_tokens = max_context_tokens
+        self.context_setting = context_setting
         self._image: str | None = None  # data URI of this task's image attachment
+        self._transcript: dict[str, Any] | None = None
 
     def reset(self, task: Task) -> None:
         self.tools = list(self._tools_source() if callable(self._tools_source) else self._tools_source)
@@ -156,11 +245,11 @@ class ChatAgent:
         self.messages = [{"role": "system", "content": system}]
         self.deadline = time.monotonic() + self.episode_timeout_s
         self._pending_calls = []
+        self.last_turn = {}
         self._image = image_data_uri(task.payload.get("file_path") or "") if self.images else None
+        self._transcript = {"episode_id": self.episode_id, "task_id": task.id, "messages": self.messages}
         if self.transcripts is not None:  # the list object grows as the episode goes on
-            self.transcripts.append(
-                {"episode_id": self.episode_id, "task_id": task.id, "messages": self.messages}
-            )
+            self.transcripts.append(self._transcript)
 
     def _add_observation(self, observation: str) -> None:
         calls, self._pending_calls = self._pending_calls, []
@@ -181,16 +270,28 @@ class ChatAgent:
     def _timeout(self) -> EpisodeError:
         return EpisodeError(f"episode timeout after {self.episode_timeout_s:g}s ({self.timeout_setting})")
 
+    def _out_of_budget(self, reason: str) -> OutOfBudget:
+        if self._transcript is not None:
+            self._transcript["truncation"] = reason
+        return OutOfBudget(reason)
+
     def act(self, observation: str) -> str:
         self._add_observation(observation)
         if time.monotonic() >= self.deadline:
             raise self._timeout()
+        used = self.last_turn.get("prompt_tokens", 0) + self.last_turn.get("completion_tokens", 0)
+        if self.max_context_tokens is not None and used >= self.max_context_tokens:
+            raise self._out_of_budget(
+                f"context budget ({self.context_setting} {self.max_context_tokens}: the last turn used {used:.0f} tokens)"
+            )
         tools = self.tools if self.protocol == "native" else None
         try:
             sent = [{k: v for k, v in m.items() if k != "usage"} for m in self.messages]
             reply: ChatReply = self.client.chat(sent, tools, deadline=self.deadline)
         except DeadlineExceeded as exc:
             raise EpisodeError(f"{self._timeout()}: {exc}") from None
+        except ContextWindowExceeded as exc:
+            raise self._out_of_budget(f"context budget (the server's context window: {exc})") from None
         # content "" rather than null: some servers' chat templates cannot render a null content
         message = {"role": "assistant", "content": reply.message.get("content") or ""}
         if self.protocol == "native" and reply.message.get("tool_calls"):
@@ -202,11 +303,14 @@ class ChatAgent:
 
 
 def build_chat_client(spec: Any, settings: Any, *, concurrency: int, k: int) -> ChatClient:
-    """The shared client of a ``chat:`` agent spec under the resolved eval settings."""
+    """The shared client of a ``chat:`` agent spec under the resolved eval settings: the model the
+    server lists (:func:`~agentrl.rollout.generators.openai.pick_served_model`: one naming rule for
+    served adapters), its context window (``max_model_len``) and the request fields of
+    :func:`chat_fields`, printed."""
     import os
 
     from agentrl.rollout.generators.http import RequestPolicy
-    from agentrl.rollout.generators.openai import served_model_name
+    from agentrl.rollout.generators.openai import list_models, pick_served_model
 
     key = os.environ.get(settings.api_key_env) or None
     if key is None and settings.explicit("api_key_env"):
@@ -215,22 +319,38 @@ def build_chat_client(spec: Any, settings: Any, *, concurrency: int, k: int) -> 
             f"environment variable {settings.api_key_env} is not set",
             f"export {settings.api_key_env}=<your key>, or leave --api-key-env out for a server without keys",
         )
-    model = spec.model or served_model_name(spec.url, api_key=key)
-    sampling: dict[str, Any] = {"temperature": 0.0 if k == 1 else 1.0}
-    if settings.explicit("max_new_tokens"):
-        sampling["max_tokens"] = settings.max_new_tokens
+    try:
+        cards = list_models(spec.url, api_key=key)
+    except ConfigError:
+        if not spec.model:
+            raise
+        cards = []  # a server that lists nothing may still answer chat requests
+    card = pick_served_model(cards, spec.model or None, spec.url)
+    if card is None and not spec.model:
+        raise ConfigError("agent", f"{spec.url} serves no model", "name it explicitly: chat:URL#model")
+    model = spec.model or str(card["id"])  # type: ignore[index]
+    fields, notes = chat_fields(model, settings)
+    print(f"[eval] chat requests to {model!r}: " + "; ".join(notes), file=sys.stderr)
     policy = RequestPolicy(
         timeout_s=settings.request_timeout_s,
         max_retries=settings.max_retries,
         timeout_setting=settings.setting("request_timeout_s"),
     )
-    return ChatClient(spec.url, model, api_key=key, policy=policy, concurrency=concurrency, sampling=sampling)
+    client = ChatClient(spec.url, model, api_key=key, policy=policy, concurrency=concurrency, sampling=fields)
+    window = (card or {}).get("max_model_len")
+    client.context_window = int(window) if isinstance(window, int) else None
+    return client
 
 
 def chat_factory(
     client: ChatClient, settings: Any, transcripts: list[dict[str, Any]] | None = None
 ) -> Callable[[Any, Any], ChatAgent]:
-    """``make_agent(env, job)`` for the scripted-agent runner: one :class:`ChatAgent` per episode."""
+    """``make_agent(env, job)`` for the scripted-agent runner: one :class:`ChatAgent` per episode,
+    its context bounded by ``--max-context-tokens`` when set, else by the server's listed window."""
+    if settings.explicit("max_context_tokens"):
+        budget, where = settings.max_context_tokens, settings.setting("max_context_tokens").split(" or ")[0]
+    else:
+        budget, where = client.context_window, "the server's max_model_len"
     return lambda env, job: ChatAgent(
         client,
         system_prompt=env.unwrapped.system_prompt,
@@ -241,4 +361,6 @@ def chat_factory(
         transcripts=transcripts,
         episode_id=f"{job.task.id}#{job.sample}",
         images=settings.images,
+        max_context_tokens=budget,
+        context_setting=where,
     )

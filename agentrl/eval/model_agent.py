@@ -34,10 +34,14 @@ SETTING_SOURCES: dict[str, tuple[str, str]] = {
     "api_key_env": ("--api-key-env", "AGENTRL_EVAL_API_KEY_ENV"),
     "tool_protocol": ("--tool-protocol", "AGENTRL_EVAL_TOOL_PROTOCOL"),
     "images": ("--images", "AGENTRL_EVAL_IMAGES"),
+    "chat_params": ("--chat-param", "AGENTRL_EVAL_CHAT_PARAMS"),
 }
 
 
 def _parse(kind: type, raw: Any) -> Any:
+    if kind is tuple:  # repeated CLI option, or "a=1;b=2" in the environment variable
+        items = raw.split(";") if isinstance(raw, str) else list(raw)
+        return tuple(str(item).strip() for item in items if str(item).strip())
     if kind is bool and isinstance(raw, str):
         if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
             raise ValueError(raw)
@@ -58,11 +62,15 @@ class ModelEvalConfig:
     max_new_tokens: int = 192
     max_context_tokens: int = 4096
     episode_timeout_s: float = 900.0
-    request_timeout_s: float = 120.0
+    #: a hung request costs this once: timeouts are not retried and their episodes not replayed
+    request_timeout_s: float = 90.0
     max_retries: int = 2
     api_key_env: str = "OPENAI_API_KEY"
     tool_protocol: str = "native"
     images: bool = False  # chat agents: send image attachments as image content parts
+    #: chat agents: ``KEY=VALUE`` request fields (JSON values; ``KEY=none`` leaves a field out;
+    #: ``extra_body={...}`` merges an object), see :func:`agentrl.eval.chat_agent.chat_fields`
+    chat_params: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -120,11 +128,17 @@ class ModelEvalConfig:
     def unused(self, kind: str) -> dict[str, str]:
         """Settings the agent ``kind`` does not use, with why (printed, so none is silently ignored)."""
         if kind == "chat":
-            notes = {"max_context_tokens": "the server keeps its own context limit"}
+            notes = {}
+            if not self.explicit("max_context_tokens"):
+                notes["max_context_tokens"] = (
+                    "not set: the server's context window (its max_model_len, or its answer) ends the episode"
+                )
             if not self.explicit("max_new_tokens"):
                 notes["max_new_tokens"] = "not sent: the server's own limit applies"
             return notes
-        remote_only = {name: "chat agents only" for name in ("api_key_env", "tool_protocol", "images")}
+        remote_only = {
+            name: "chat agents only" for name in ("api_key_env", "tool_protocol", "images", "chat_params")
+        }
         if kind == "model":
             remote_only |= {"request_timeout_s": "remote agents only", "max_retries": "remote agents only"}
         return remote_only
@@ -135,10 +149,22 @@ class ModelEvalConfig:
         if kind == "chat":
             has_key = bool(os.environ.get(self.api_key_env))
             notes["api_key_env"] = "set" if has_key else "not set: requests go without an API key"
-        return "\n".join(
+        lines = [
             f"  {name} = {getattr(self, name)}  ({self.sources.get(name, 'default')})"
             + (f"  [{notes[name]}]" if name in notes else "")
             for name in SETTING_SOURCES
+        ]
+        if kind != "model":
+            lines.append(f"  {self.hang_cost()}")
+        return "\n".join(lines)
+
+    def hang_cost(self) -> str:
+        """What one request that never answers costs with these settings (printed at start)."""
+        cost = min(self.request_timeout_s, self.episode_timeout_s)
+        return (
+            f"a request that never answers costs about {cost:g} s: its episode crashes after "
+            f"{self.setting('request_timeout_s').split(' or ')[0]} {self.request_timeout_s:g} (a timeout is not "
+            "retried, and its episode is not replayed)"
         )
 
 
@@ -151,19 +177,34 @@ def build_generator(
     next call (replays of crashed episodes reuse them instead of loading the weights again; each call
     still builds its own generator, so a replay samples as a first run does)."""
     from agentrl.rollout.generators.base import make_generator
-    from agentrl.rollout.generators.openai import served_model_name
+    from agentrl.rollout.generators.openai import list_models, pick_served_model, tokenizer_sources
     from agentrl.rollout.model import load_model, load_tokenizer
 
     if spec.kind == "openai":
-        name = spec.model or served_model_name(spec.url)
         try:
-            tokenizer = load_tokenizer(name)
-        except (OSError, ValueError) as exc:
+            cards = list_models(spec.url)
+        except ConfigError:
+            if not spec.model:
+                raise
+            cards = []
+        card = pick_served_model(cards, spec.model or None, spec.url)
+        if card is None and not spec.model:
+            raise ConfigError("agent", f"{spec.url} serves no model", "name it explicitly: openai:URL#model")
+        name = spec.model or str(card["id"])  # type: ignore[index]
+        tokenizer, tried = None, []
+        for source in tokenizer_sources(name, card):
+            try:
+                tokenizer = load_tokenizer(source)
+                break
+            except (OSError, ValueError) as exc:  # ConfigError is a ValueError
+                tried.append(f"{source}: {str(exc).splitlines()[0][:200]}")
+        if tokenizer is None:
             raise ConfigError(
                 "agent",
-                f"no local tokenizer for served model {name!r}: {exc}",
-                "write openai:URL#<local name or path>",
-            ) from exc
+                f"no local tokenizer for served model {name!r} (tried {'; '.join(tried)})",
+                "serve with agentrl serve (its /v1/models names the adapter's folder and base), "
+                "or write openai:URL#<a name the server lists> with its tokenizer available here",
+            )
         generator = make_generator(
             "openai",
             base_url=spec.url,

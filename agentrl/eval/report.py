@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -123,28 +124,55 @@ def bucket_lines(metrics: dict[str, Any]) -> list[str]:
     return lines
 
 
-def error_kind(error: str) -> str:
-    """An episode error without its per-episode details (ids, numbers, quoted text), for grouping."""
-    import re
+_HTTP_ANSWER = re.compile(r"(?P<url>\S+) answered HTTP (?P<status>\d{3}): (?P<body>.*)", re.DOTALL)
 
-    first = error.strip().splitlines()[0] if error.strip() else "?"
-    first = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", first)
-    return re.sub(r"\d+(?:\.\d+)?", "N", first)[:160]
+
+def readable_error(error: str) -> str:
+    """An episode error as a user reads it: its first line, with a server's JSON error answer
+    reduced to the server's own message (``HTTP 400 from URL: Unsupported value: 'temperature' ...``)."""
+    text = error.strip()
+    first = text.splitlines()[0] if text else "?"
+    match = _HTTP_ANSWER.search(text)
+    if match:
+        body = match.group("body").strip()
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = None
+        inner = payload.get("error") if isinstance(payload, dict) else None
+        if isinstance(inner, dict) and inner.get("message"):
+            body = str(inner["message"])
+        elif isinstance(inner, str):
+            body = inner
+        kind = text[: match.start()].strip().rstrip(":").rsplit(".", 1)[-1]
+        return f"{kind + ': ' if kind else ''}HTTP {match.group('status')} from {match.group('url')}: {body}"
+    return first
+
+
+def error_kind(error: str) -> str:
+    """The normalised text errors are grouped by: the readable message without its per-episode
+    details (numbers, ids, long quoted text); short quoted words stay, so "temperature" and
+    "max_tokens" refusals are two groups."""
+    text = readable_error(error)
+    text = re.sub(r"'[^']{40,}'|\"[^\"]{40,}\"", "'…'", text)
+    text = re.sub(r"\b[0-9a-f]{8,}\b", "X", text)
+    return re.sub(r"\d+(?:\.\d+)?", "N", text)[:200]
 
 
 def error_lines(records: Sequence[dict[str, Any]], examples: int = 3) -> list[str]:
-    """Episode errors grouped by kind, most frequent first: count, kind, example task ids and one message."""
+    """Episode errors grouped by their normalised text, most frequent first: count, one real
+    message (the first episode's, readable) and example task ids."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for record in records:
         if record.get("error"):
             groups[error_kind(str(record["error"]))].append(record)
     if not groups:
         return []
-    lines = ["| episodes | error | example tasks | example message |", "|---|---|---|---|"]
-    for kind, group in sorted(groups.items(), key=lambda item: -len(item[1])):
+    lines = ["| episodes | error (one episode's message) | example tasks |", "|---|---|---|"]
+    for _, group in sorted(groups.items(), key=lambda item: -len(item[1])):
         ids = ", ".join(str(r["task_id"]) for r in group[:examples]) + (" …" if len(group) > examples else "")
-        message = str(group[0]["error"]).replace("|", "\\|").replace("\n", " ")[:300]
-        lines.append(f"| {len(group)} | {kind.replace('|', '/')} | {ids} | {message} |")
+        message = readable_error(str(group[0]["error"])).replace("|", "\\|").replace("\n", " ")[:400]
+        lines.append(f"| {len(group)} | {message} | {ids} |")
     return lines
 
 

@@ -191,6 +191,13 @@ def run_model(
     )
 
 
+def is_hang(error: str) -> bool:
+    """Whether an episode error is a wait that ran out (a request or the episode timed out)."""
+    from agentrl.rollout.generators.http import NO_ANSWER
+
+    return NO_ANSWER in error or "episode timeout after" in error
+
+
 def replay_crashed(
     jobs: Sequence[Job],
     results: list[tuple[Episode, float]],
@@ -206,11 +213,20 @@ def replay_crashed(
     repeat it). ``whole_groups``: the rollout engine runs a task's samples as one group, so a crashed
     sample replays its whole group and only the crashed ones are replaced.
 
+    A hang is not replayed: an episode whose request got no answer within its timeout, or whose
+    deadline passed, would cost that wait again (one hang should cost one request timeout).
+
     Returns ``(results, the earlier errors of each job, setup seconds of the replays)``."""
     results, errors, setup_s = list(results), [[] for _ in jobs], 0.0
     for attempt in range(1, rounds + 1):
-        crashed = [i for i, (episode, _) in enumerate(results) if episode.failed]
-        if not crashed or len(crashed) == len(results):
+        failed = [i for i, (episode, _) in enumerate(results) if episode.failed]
+        if not failed or len(failed) == len(results):
+            break
+        crashed = [i for i in failed if not is_hang(str(results[i][0].error))]
+        if len(crashed) < len(failed) and attempt == 1:
+            print(f"[eval] {len(failed) - len(crashed)} episode(s) hung (no answer within the request or "
+                  "episode timeout): not replayed, a replay would wait as long again", file=sys.stderr)  # fmt: skip
+        if not crashed:
             break
         print(f"[eval] {len(crashed)} of {len(results)} episodes crashed (first: {results[crashed[0]][0].error}); "
               f"replaying them ({attempt}/{rounds}, --replays)", file=sys.stderr)  # fmt: skip
@@ -360,6 +376,9 @@ def run_eval(
         option = SETTING_SOURCES[name][0]
         if isinstance(value, bool):
             command.append(option if value else option.replace("--", "--no-", 1))
+        elif isinstance(value, list | tuple):
+            for item in value:
+                command += [option, str(item)]
         else:
             command += [option, str(value)]
     try:

@@ -68,8 +68,41 @@ class Suite:
         if k < 1:
             raise ConfigError("suite", f"k must be >= 1, got {k}", "write e.g. math:k=4")
         split = str(options.pop("split", self.split))
+        for part in self.parts:
+            accepted = env_options(part.env_id)
+            unknown = sorted(set(options) - accepted) if accepted is not None else []
+            if unknown:
+                hint = (
+                    "sampling settings are agent flags, e.g. --chat-param temperature=1"
+                    if "temperature" in unknown
+                    else ""
+                )
+                raise ConfigError(
+                    "--suite-option",
+                    f"suite {self.name!r} ({part.env_id}) takes no option {', '.join(unknown)}",
+                    f"its options: k, split, {', '.join(sorted(accepted - {'split'}))}"
+                    + (f"; {hint}" if hint else ""),
+                )
         parts = tuple(replace(p, kwargs={**p.kwargs, **options}) for p in self.parts)
         return replace(self, k=k, split=split, parts=parts)
+
+
+def env_options(env_id: str) -> set[str] | None:
+    """The keyword arguments an env id's constructor takes (None: it takes any)."""
+    import inspect
+
+    import gymnasium as gym
+
+    import agentrl.envs  # noqa: F401  (registers the ids)
+    from agentrl.registry import load_entry_point
+
+    spec = gym.spec(env_id)
+    target = spec.kwargs.get("entry_point", spec.entry_point)  # agentrl ids: build_env(entry_point=...)
+    entry = load_entry_point(target) if isinstance(target, str) else target
+    params = inspect.signature(entry).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return ({name for name in params if name != "self"} | set(spec.kwargs)) - {"entry_point"}
 
 
 def _convert(value: str) -> Any:

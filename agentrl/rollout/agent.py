@@ -119,6 +119,16 @@ class EndEpisode(Exception):  # noqa: N818 - a signal, not an error
     the episode stops where it is, unfinished."""
 
 
+class OutOfBudget(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a text agent whose next request cannot fit its budget (a chat agent's context
+    window): the episode ends truncated, with ``reason`` as its recorded truncation, like a token
+    agent's context budget."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
 def play_text(env: Any, agent: Any, *, env_id: str = "", seed: int | None = None,
               options: dict[str, Any] | None = None, observer: Any = None, **run: Any) -> Episode:  # fmt: skip
     """One episode of a text agent (``reset(task)``, ``act(observation) -> str``) on ``env``, through
@@ -330,7 +340,10 @@ class EpisodeRun:
             prompt = self.context.prompt()
             if len(prompt) + 1 > self.config.max_context_tokens:
                 return await self._truncate(self.CONTEXT_BUDGET)
-            turn = await self.generate_turn(prompt, self.observation)
+            try:
+                turn = await self.generate_turn(prompt, self.observation)
+            except OutOfBudget as exc:
+                return await self._truncate(exc.reason)
             self.context.record(turn, prompt)
             folded = self.context.fold(turn)
             if folded is not None:  # a branch/return call: no env step

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams
+from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams, check_fits
 
 #: per-request token callback: ``(token_id, logprob, top_logprobs) -> stop this request now``
 RequestCallback = Callable[[int, float, Any], bool]
@@ -104,7 +104,10 @@ class Batcher:
 
         ``on_token`` (called from the generator's worker thread) sees each token as it is sampled and
         may end the request by returning True (``agentrl serve``'s streaming and stop strings).
+        A request that does not fit the model's positions fails alone, here, with
+        :class:`~agentrl.rollout.generators.base.ContextTooLong` (never its batch-mates).
         """
+        check_fits(len(prompt), sampling.max_new_tokens, self.generator.max_positions)
         if getattr(self.generator, "independent_requests", False):
             return await self._direct(prompt, sampling)
         await self.start()

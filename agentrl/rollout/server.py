@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from agentrl.errors import GeneratorError
@@ -149,6 +150,34 @@ class _Server:
             )
         return body, params, model
 
+    def fit_context(
+        self, body: dict[str, Any], params: RequestParams, prompts: list[list[int]], field: str
+    ) -> RequestParams:
+        """Check this request alone against the model's positions (as vLLM and OpenAI do): a request
+        that names no max_tokens gets what room is left, up to the server's default; one that does
+        not fit is a 400 ``context_length_exceeded`` that says what to shorten."""
+        limit = self.generator.max_positions
+        if limit is None:
+            return params
+        longest = max(len(p) for p in prompts)
+        asked = body.get("max_completion_tokens", body.get("max_tokens"))
+        new_tokens = params.sampling.max_new_tokens
+        if asked is None and longest < limit:
+            new_tokens = min(new_tokens, limit - longest)
+        if longest + new_tokens > limit:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{longest + new_tokens} tokens ({longest} in the {field}, {new_tokens} in the completion). "
+                f"Please reduce the length of the {field} or completion (max_tokens).",
+                field,
+                "context_length_exceeded",
+            )
+        if new_tokens == params.sampling.max_new_tokens:
+            return params
+        sampling = dataclasses.replace(params.sampling, max_new_tokens=new_tokens)
+        return dataclasses.replace(params, sampling=sampling)
+
     def prompts(self, body: dict[str, Any]) -> list[list[int]]:
         prompt = body.get("prompt")
         encode = self.tokenizer.encode
@@ -200,6 +229,7 @@ class _Server:
             body, params, model = await self.body(request, kind)
             chat = chat_prompt(self.tokenizer, body) if kind == "chat" else None
             prompts = [chat.ids] if chat else self.prompts(body)
+            params = self.fit_context(body, params, prompts, "messages" if chat else "prompt")
             job = _Job(self, prompts, params, chat)
             fmt = LogprobFormatter(self.tokenizer, params)
             head = {
@@ -320,6 +350,8 @@ def build_app(
     async def models(request: Request) -> Any:
         created = int(time.time())
         card = {"object": "model", "created": created, "owned_by": "agentrl", **(model_info or {})}
+        if generator.max_positions is not None:  # vLLM's field: clients bound their context with it
+            card.setdefault("max_model_len", generator.max_positions)
         data = [{"id": n, **card} for n in names]
         return JSONResponse({"object": "list", "data": data})
 
@@ -431,7 +463,9 @@ def serve(
 
     name = served_model_name or (adapter_name(adapter) if adapter else model)
     lm, tokenizer = load_model(model, dtype=dtype, adapter=adapter)
-    info = {"root": adapter or model, "parent": model if adapter else None}
+    # the naming rule (see agentrl.rollout.generators.openai.pick_served_model): clients send `name`
+    # and load the tokenizer from `root` (the adapter's folder) or `parent` (its base model)
+    info = {"root": str(Path(adapter).resolve()) if adapter else model, "parent": model if adapter else None}
     app = build_app(
         HFGenerator(lm, tokenizer), tokenizer, name, default_max_tokens=max_tokens, model_info=info
     )

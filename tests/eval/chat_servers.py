@@ -6,7 +6,10 @@ native ``tool_calls`` entry when the request has ``tools``, a ``<tool_call>`` te
 the tool result comes back it answers with the ``ANSWER=...`` found in it, or else with the gold
 answer (the attachment was unreadable). Modes: ``answer`` (default), ``500`` (always HTTP 500),
 ``garbage`` (HTTP 200 with a body that is not JSON). A question containing ``HANG`` never gets an
-answer (the server waits until the client gives up). Everything it saw is kept for assertions.
+answer (the server waits until the client gives up; with ``flaky="500"`` it fails at once with HTTP
+500 instead). ``refuse`` makes it answer as OpenAI's reasoning models do: 400 for a ``temperature``
+other than 1 and for ``max_tokens``; ``context_window`` answers 400 ``context_length_exceeded`` once
+the conversation (~4 characters a token) is longer. Everything it saw is kept for assertions.
 
 :func:`write_gaia_download` writes a split in GAIA's layout the way people download it: readable
 attachments of many types, one absent file, one Git-LFS pointer, one audio file.
@@ -102,15 +105,32 @@ def _hang_now(server: Any) -> bool:
     return True
 
 
+def _refusal(message: str, param: str | None, code: str) -> Response:
+    error = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+    return JSONResponse({"error": error}, status_code=400)
+
+
 class ScriptedChat:
     """The scripted chat server's state and app (see the module doc)."""
 
-    def __init__(self, records: list[dict[str, Any]], mode: str = "answer", hang_times: int | None = None):
+    def __init__(
+        self,
+        records: list[dict[str, Any]],
+        mode: str = "answer",
+        hang_times: int | None = None,
+        *,
+        flaky: str = "hang",
+        refuse: tuple[str, ...] = (),
+        context_window: int | None = None,
+    ):
         self.records = records
         self.mode = mode
         self.requests = 0
         self.hang_times = hang_times  # a HANG task hangs this many times, then answers (None: always)
         self.hung = 0
+        self.flaky = flaky
+        self.refuse = refuse
+        self.context_window = context_window
         self.tool_results: dict[str, str] = {}  # task id -> the tool / observation content it got
         self.bodies: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -152,8 +172,22 @@ class ScriptedChat:
         body = await request.json()
         self.bodies.append(body)
         messages = body["messages"]
+        temperature = body.get("temperature")
+        if "temperature" in self.refuse and temperature is not None and temperature != 1:
+            return _refusal(f"Unsupported value: 'temperature' does not support {temperature} with this model. "
+                            "Only the default (1) value is supported.", "temperature", "unsupported_value")  # fmt: skip
+        if "max_tokens" in self.refuse and "max_tokens" in body:
+            return _refusal("Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                            "'max_completion_tokens' instead.", "max_tokens", "unsupported_parameter")  # fmt: skip
+        tokens = len(json.dumps(messages)) // 4
+        if self.context_window is not None and tokens > self.context_window:
+            return _refusal(f"This model's maximum context length is {self.context_window} tokens. However, your "
+                            f"messages resulted in {tokens} tokens. Please reduce the length of the messages.",
+                            "messages", "context_length_exceeded")  # fmt: skip
         task = self._task(messages)
         if "HANG" in task["Question"] and _hang_now(self):
+            if self.flaky == "500":
+                return PlainTextResponse("sporadic failure", status_code=500)
             for _ in range(600):  # until the client gives up (then the server can shut down)
                 if await request.is_disconnected():
                     break
@@ -193,7 +227,13 @@ class ScriptedCompletions:
     questions with their gold answer; modes and ``HANG`` as :class:`ScriptedChat`."""
 
     def __init__(
-        self, records: list[dict[str, Any]], tokenizer: Any, mode: str = "answer", hang_times: int | None = None
+        self,
+        records: list[dict[str, Any]],
+        tokenizer: Any,
+        mode: str = "answer",
+        hang_times: int | None = None,
+        *,
+        flaky: str = "hang",
     ):
         self.records = records
         self.tokenizer = tokenizer
@@ -201,6 +241,7 @@ class ScriptedCompletions:
         self.requests = 0
         self.hang_times = hang_times
         self.hung = 0
+        self.flaky = flaky
         self.app = Starlette(routes=[Route("/v1/completions", self.complete, methods=["POST"])])
 
     async def complete(self, request: Request) -> Response:
@@ -211,6 +252,8 @@ class ScriptedCompletions:
         prompt = self.tokenizer.decode(body["prompt"])
         task = next(r for r in self.records if r["Question"] in prompt)
         if "HANG" in task["Question"] and _hang_now(self):
+            if self.flaky == "500":
+                return PlainTextResponse("sporadic failure", status_code=500)
             for _ in range(600):
                 if await request.is_disconnected():
                     break

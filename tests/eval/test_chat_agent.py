@@ -102,9 +102,11 @@ def test_a_hung_request_costs_only_its_own_episode(tmp_path: Path) -> None:
     result = _run(tmp_path, server, concurrency=2, episode_timeout_s=3, request_timeout_s=1, max_retries=5)
     by_id = {r["task_id"]: r for r in result.records}
     hung = by_id.pop("t-hang")
-    assert hung["error"] and "episode timeout after 3s (--episode-timeout-s" in hung["error"]
+    assert hung["error"] and "no answer within 1s (--request-timeout-s" in hung["error"]
     assert hung["ground_truth"] == "7" and hung["bucket"] == "episode error"
     assert all(r["error"] is None and r["success"] == 1.0 for r in by_id.values())
+    # one hang costs one request timeout: not retried (max_retries=5 notwithstanding), not replayed
+    assert server.hung == 1 and hung["replayed_errors"] == []
 
 
 def test_agentrl_eval_exits_1_when_more_episodes_crash_than_max_failed(tmp_path: Path, capsys) -> None:
@@ -136,15 +138,15 @@ def test_agentrl_eval_exits_1_when_more_episodes_crash_than_max_failed(tmp_path:
 
 
 def test_a_crashed_episode_is_replayed_and_keeps_its_first_error(tmp_path: Path, capsys) -> None:
-    """`agentrl eval`'s path: a task whose first request hangs (a sporadic crash) is replayed with its
-    own task and seed and solved; the record keeps the first error, metrics count the replay, and the
-    run passes --max-failed. With --replays 0 the same run crashes that episode and exits 1."""
+    """`agentrl eval`'s path: a task whose first request fails (a sporadic HTTP 500) is replayed with
+    its own task and seed and solved; the record keeps the first error, metrics count the replay, and
+    the run passes --max-failed. With --replays 0 the same run crashes that episode and exits 1."""
     from agentrl.eval.runner import run_eval
 
     records = write_gaia_download(tmp_path / "gaia", hang=True, extra=2)
     codes = {}
     for replays in (2, 0):
-        server = ScriptedChat(records, hang_times=1)
+        server = ScriptedChat(records, hang_times=1, flaky="500")
         out = tmp_path / f"out-{replays}"
         with BackgroundServer(server.app) as http:
             codes[replays] = run_eval(
@@ -158,16 +160,16 @@ def test_a_crashed_episode_is_replayed_and_keeps_its_first_error(tmp_path: Path,
         assert (metrics["replays"], "--replays " + str(replays) in metrics["command"]) == (replays, True)
         if replays:
             assert hung["success"] == 1.0 and hung["error"] is None
-            assert len(hung["replayed_errors"]) == 1 and "episode timeout after 3s" in hung["replayed_errors"][0]
+            assert len(hung["replayed_errors"]) == 1 and "HTTP 500: sporadic failure" in hung["replayed_errors"][0]
             assert (metrics["replayed_episodes"], metrics["episode_errors"]) == (1, 0)
             report = (out / "report.md").read_text()
             assert "## Replayed episodes (1)" in report and "- t-hang#0: 1 crash(es), then success 1; first: " in report
         else:
-            assert hung["success"] == 0.0 and "episode timeout after 3s" in hung["error"]
+            assert hung["success"] == 0.0 and "HTTP 500: sporadic failure" in hung["error"]
             assert (metrics["replayed_episodes"], metrics["episode_errors"]) == (0, 1)
     assert codes == {2: 0, 0: 1}
     err = capsys.readouterr().err
-    assert "[eval] 1 of 12 episodes crashed (first: agentrl.errors.EpisodeError: episode timeout after 3s" in err
+    assert "[eval] 1 of 12 episodes crashed (first: agentrl.rollout.generators.http.RequestFailed: " in err
     assert "replaying them (1/2, --replays)" in err
 
 
@@ -179,7 +181,7 @@ def test_a_crashed_sample_of_a_token_level_agent_replays_its_group(tmp_path: Pat
     from agentrl.rollout.model import load_tokenizer
 
     records = write_gaia_download(tmp_path, hang=True, extra=3)
-    server = ScriptedCompletions(records, load_tokenizer("smollm2-135m"), hang_times=1)
+    server = ScriptedCompletions(records, load_tokenizer("smollm2-135m"), hang_times=1, flaky="500")
     settings = ModelEvalConfig.resolve(episode_timeout_s=3, request_timeout_s=1, max_retries=0)
     suite = parse_suite("gaia:k=2,python=false", [f"data_dir={tmp_path}"])
     with BackgroundServer(server.app) as http:
@@ -228,7 +230,8 @@ def test_cli_user_path_with_a_comma_in_the_data_path(tmp_path: Path) -> None:
         )
     assert done.returncode == 0, done.stderr
     assert "episode_timeout_s = 60.0  (--episode-timeout-s)" in done.stderr
-    assert "request_timeout_s = 120.0  (default)" in done.stderr
+    assert "request_timeout_s = 90.0  (default)" in done.stderr
+    assert "a request that never answers costs about 60 s" in done.stderr
     assert "success 100.0%" in done.stdout and "2 task(s) with an unavailable attachment" in done.stdout
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## Tasks with an unavailable attachment (2)" in report
@@ -323,9 +326,8 @@ def test_completions_client_isolates_requests(tmp_path: Path, mode: str) -> None
     by_id = {r["task_id"]: r for r in result.records}
     if mode == "hang":
         hung = by_id.pop("t-hang")
-        assert (
-            "episode timeout after 3s (--episode-timeout-s" in hung["error"] and hung["ground_truth"] == "7"
-        )
+        assert "no answer within 1s (--request-timeout-s" in hung["error"] and hung["ground_truth"] == "7"
+        assert server.hung == 1  # not retried, not replayed
         assert all(r["error"] is None and r["success"] == 1.0 for r in by_id.values())
     else:
         assert all("HTTP 500" in r["error"] for r in by_id.values())
@@ -350,3 +352,96 @@ def test_circuit_breaker_fails_fast_then_probes_after_cooldown() -> None:
     breaker.record(True)
     breaker.check("http://x")
     assert not breaker.opened and breaker.failures == 0
+
+
+def test_a_reasoning_style_server_passes_with_what_it_takes_and_names_what_it_refuses(
+    tmp_path: Path, capsys
+) -> None:
+    """A server that answers as OpenAI's reasoning models do (no temperature but 1, no max_tokens):
+    by default nothing it refuses is sent; asking for temperature 0 or max_tokens stops the run at
+    its first episodes with the parameter and the flag, and the documented flag passes."""
+    from agentrl.eval.runner import run_eval
+
+    records = write_gaia_download(tmp_path / "gaia", extra=6)
+    options = [f"data_dir={tmp_path / 'gaia'}", "python=false"]
+
+    def run(name: str, **settings) -> tuple[int, ScriptedChat, Path]:
+        server = ScriptedChat(records, refuse=("temperature", "max_tokens"))
+        out = tmp_path / name
+        with BackgroundServer(server.app) as http:
+            code = run_eval(suite="gaia", agent=f"chat:{http.url}#scripted", suite_options=options,
+                            concurrency=2, out=out, settings=settings)  # fmt: skip
+        return code, server, out
+
+    code, server, _ = run("default")
+    assert code == 0 and all("temperature" not in b and "max_tokens" not in b for b in server.bodies)
+    assert "temperature not sent: the server's default applies" in capsys.readouterr().err
+
+    code, server, out = run("greedy", chat_params=("temperature=0",))
+    assert code == 1 and server.requests <= 2  # refused once per worker at most, then nothing is sent
+    report = (out / "report.md").read_text()
+    assert "the chat server refuses the parameter temperature=0: Unsupported value: 'temperature' does not" in report
+    assert "fix: leave it out with --chat-param temperature=none" in report
+
+    code, server, out = run("max-tokens", max_new_tokens=64)
+    assert code == 1 and "--chat-param max_completion_tokens=N" in (out / "report.md").read_text()
+    code, server, _ = run("max-completion", max_new_tokens=64, chat_params=("max_completion_tokens=64", "reasoning_effort=low"))
+    assert code == 0 and all(
+        b["max_completion_tokens"] == 64 and b["reasoning_effort"] == "low" and "max_tokens" not in b
+        for b in server.bodies
+    )
+    code, server, _ = run("extra-body", chat_params=('extra_body={"top_k": 20, "temperature": 1}',))
+    assert code == 0 and all(b["top_k"] == 20 and b["temperature"] == 1 for b in server.bodies)
+
+
+def test_the_chat_agent_bounds_its_context_and_ends_the_episode_as_out_of_budget(tmp_path: Path) -> None:
+    """Tasks that read a file grow past the context: by the server's answer (400
+    context_length_exceeded) or by --max-context-tokens, the episode ends truncated ("budget hit"),
+    with the reason in its transcript, never as a crash; short tasks are still solved."""
+    records = write_gaia_download(tmp_path)
+    probe = ScriptedChat(records)
+    _run(tmp_path, probe)
+    first_turns = max(len(json.dumps(b["messages"])) // 4 for b in probe.bodies if len(b["messages"]) == 2)
+    for settings, server in [
+        ({}, ScriptedChat(records, context_window=first_turns)),  # every second turn is longer
+        ({"max_context_tokens": 50}, ScriptedChat(records)),  # the server reports 57 tokens a turn
+    ]:
+        result = _run(tmp_path, server, **settings)
+        by_id = {r["task_id"]: r for r in result.records}
+        assert all(r["error"] is None for r in result.records)
+        assert by_id["t-plain"]["success"] == 1.0  # answered in its first turn
+        cut = [r for r in result.records if r["bucket"] == "budget hit"]
+        assert cut and all(r["truncated"] and r["metrics"]["agent_truncated"] == 1.0 for r in cut)
+        reasons = [t["truncation"] for t in result.transcripts if "truncation" in t]
+        assert len(reasons) == len(cut)
+        expected = "--max-context-tokens 50" if settings else "the server's context window: "
+        assert all(reason.startswith("context budget (") and expected in reason for reason in reasons)
+
+
+def test_the_error_table_groups_by_text_and_shows_a_real_message() -> None:
+    from agentrl.eval.report import error_lines
+
+    url = "http://127.0.0.1:8000/v1/chat/completions"
+
+    def refused(message: str, status: int = 400) -> str:
+        body = json.dumps({"error": {"message": message, "type": "invalid_request_error"}})
+        return f"agentrl.rollout.generators.http.RequestFailed: {url} answered HTTP {status}: {body}"
+
+    records = [
+        {"task_id": "a", "error": refused("Unsupported value: 'temperature' does not support 0.0 with this model.")},
+        {"task_id": "b", "error": refused("Unsupported value: 'temperature' does not support 0.0 with this model.")},
+        {"task_id": "c", "error": refused("The model `gpt-4o` does not exist", 404)},
+    ]
+    lines = error_lines(records)
+    assert lines[2] == (
+        f"| 2 | RequestFailed: HTTP 400 from {url}: Unsupported value: 'temperature' does not support 0.0 "
+        "with this model. | a, b |"
+    )
+    assert lines[3] == f"| 1 | RequestFailed: HTTP 404 from {url}: The model `gpt-4o` does not exist | c |"
+
+
+def test_an_unknown_suite_option_is_a_clear_error() -> None:
+    from agentrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="takes no option temperature .*--chat-param temperature=1"):
+        parse_suite("local-gaia", ["temperature=1"])

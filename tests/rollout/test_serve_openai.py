@@ -259,3 +259,53 @@ def test_a_client_that_goes_away_ends_its_generation(server, tiny, tokenizer):
     while batcher.generated_tokens == before and time.monotonic() < deadline:
         time.sleep(0.1)  # the counter moves when the batch call returns
     assert 0 < batcher.generated_tokens - before < 3000
+
+
+def test_an_over_long_request_is_rejected_alone(server, tokenizer):
+    """One prompt longer than the model's 8192 positions, sent with three short ones: it alone gets a
+    400 (OpenAI's context_length_exceeded, saying what to shorten), its batch-mates their answers; a
+    request that names no max_tokens gets the room that is left."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    long_prompt = " ".join(["word"] * 9000)
+    assert len(tokenizer.encode(long_prompt)) > 8192
+
+    def post(prompt: str, **extra) -> httpx.Response:
+        body = {"model": "tiny", "prompt": prompt, "temperature": 0, **extra}
+        return httpx.post(server.url + "/completions", json=body, timeout=120)
+
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(post, p, max_tokens=8) for p in (long_prompt, "one", "two", "three")]
+        long_answer, *short = [f.result() for f in futures]
+    assert long_answer.status_code == 400
+    error = long_answer.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["param"] == "prompt"
+    assert error["message"].startswith("This model's maximum context length is 8192 tokens. However, you requested")
+    assert "Please reduce the length of the prompt or completion (max_tokens)" in error["message"]
+    assert [r.status_code for r in short] == [200, 200, 200]
+    near_full = tokenizer.decode(tokenizer.encode(long_prompt)[:8186])
+    n_prompt = len(tokenizer.encode(near_full, add_special_tokens=False))
+    answer = post(near_full).json()  # no max_tokens: what is left of the 8192 positions
+    assert answer["usage"]["completion_tokens"] <= 8192 - n_prompt
+    assert httpx.get(server.url + "/models").json()["data"][0]["max_model_len"] == 8192
+
+
+def test_the_batcher_fails_only_the_request_that_does_not_fit(tiny, tokenizer):
+    import asyncio
+
+    from agentrl.rollout.batcher import Batcher
+    from agentrl.rollout.generators.base import ContextTooLong, SamplingParams
+
+    batcher = Batcher(HFGenerator(tiny, tokenizer))
+    sampling = SamplingParams(max_new_tokens=4, temperature=0.0)
+
+    async def run() -> list:
+        prompts = [[5] * 8190, [5, 6, 7], [8, 9], [10]]
+        try:
+            return await asyncio.gather(*(batcher.submit(p, sampling) for p in prompts), return_exceptions=True)
+        finally:
+            await batcher.stop()
+
+    too_long, *fine = asyncio.run(run())
+    assert isinstance(too_long, ContextTooLong) and "8190 tokens + 4 new tokens" in str(too_long)
+    assert all(not isinstance(out, BaseException) and 1 <= len(out.ids) <= 4 for out in fine)

@@ -25,6 +25,28 @@ from agentrl.errors import ConfigError, GeneratorError
 BALANCED = "agentrl.rollout.generators.balanced:BalancedGenerator"  # several base URLs (openai)
 
 
+class ContextTooLong(GeneratorError):
+    """One request's prompt plus its new tokens does not fit the model's positions.
+
+    Raised for that request alone (the batcher checks each request before batching), so its
+    batch-mates are never failed with it; ``agentrl serve`` answers it as a 400 with OpenAI's
+    ``context_length_exceeded`` code."""
+
+    def __init__(self, prompt_tokens: int, max_new_tokens: int, max_positions: int):
+        self.prompt_tokens, self.max_new_tokens = prompt_tokens, max_new_tokens
+        self.max_positions = max_positions
+        super().__init__(
+            f"prompt of {prompt_tokens} tokens + {max_new_tokens} new tokens exceeds the model's "
+            f"{max_positions} positions; lower rollout.max_context_tokens (eval: --max-context-tokens)"
+        )
+
+
+def check_fits(prompt_tokens: int, max_new_tokens: int, max_positions: int | None) -> None:
+    """Raise :class:`ContextTooLong` when ``prompt_tokens + max_new_tokens`` exceeds ``max_positions``."""
+    if max_positions is not None and prompt_tokens + max_new_tokens > max_positions:
+        raise ContextTooLong(prompt_tokens, max_new_tokens, max_positions)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample one assistant turn."""
@@ -126,6 +148,8 @@ class Generator(ABC):
     #: for it then measures the whole wave's load, not the episode, and ``rollout.episode_timeout_s``
     #: does not count it. False for remote servers, whose requests are each an episode's own.
     shared_batches: bool = False
+    #: Positions the model can attend over (prompt + new tokens); None when unknown (remote servers).
+    max_positions: int | None = None
 
     @abstractmethod
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[GenerationOutput]:

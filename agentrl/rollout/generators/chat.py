@@ -10,6 +10,8 @@ pool and one concurrency cap: :meth:`ChatClient.chat` is thread-safe.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -24,10 +26,77 @@ from agentrl.errors import GeneratorError
 from agentrl.rollout.generators.http import (
     CircuitBreaker,
     DeadlineExceeded,
+    RequestFailed,
     RequestPolicy,
     RequestStats,
     post_json,
 )
+
+#: body fields that are the conversation, not parameters a server could refuse
+_CONVERSATION = frozenset({"model", "messages", "tools"})
+_CONTEXT_WORDS = re.compile(
+    r"context[ _]length|context window|maximum context|too many tokens|prompt is too long|"
+    r"exceeds the model's \d+ positions",
+    re.IGNORECASE,
+)
+
+
+class ContextWindowExceeded(RequestFailed):
+    """The server answered that the conversation no longer fits the model's context window."""
+
+
+class ParameterRefused(RequestFailed):
+    """The server refuses one of the parameters sent (a reasoning model and ``temperature``, or
+    ``max_tokens``); every later request would be refused the same way, so the client stops."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message, retryable=False)
+        self.param = param
+
+
+def server_error(body: str) -> tuple[str, str | None, str | None]:
+    """``(message, param, code)`` of an error answer in OpenAI's shape (else the text itself)."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return body.strip()[:500], None, None
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("message") or body)[:500], error.get("param"), error.get("code")
+    if isinstance(error, str):
+        return error[:500], None, None
+    return body.strip()[:500], None, None
+
+
+def _fix(param: str) -> str:
+    if param == "max_tokens":
+        return (
+            "send the limit as max_completion_tokens instead: --chat-param max_completion_tokens=N "
+            "(max_tokens is then left out), or leave --max-new-tokens out"
+        )
+    return f"leave it out with --chat-param {param}=none, or send another value: --chat-param {param}=VALUE"
+
+
+def classify_refusal(exc: RequestFailed, body: dict[str, Any]) -> RequestFailed:
+    """A 400 answer read as what the user can act on: the context window is full
+    (:class:`ContextWindowExceeded`), a parameter is refused (:class:`ParameterRefused`, naming the
+    parameter and the flag), or ``exc`` as it was."""
+    if exc.status is None or not 400 <= exc.status < 500 or exc.status in (401, 403, 404, 429):
+        return exc
+    message, param, code = server_error(exc.body)
+    if code == "context_length_exceeded" or _CONTEXT_WORDS.search(message):
+        return ContextWindowExceeded(f"the conversation exceeds the server's context window: {message}",
+                                     retryable=False, status=exc.status, body=exc.body)  # fmt: skip
+    sent = [key for key in body if key not in _CONVERSATION]
+    if param not in sent:
+        param = next((key for key in sent if re.search(rf"\b{re.escape(key)}\b", message)), None)
+    if param is None:
+        return exc
+    return ParameterRefused(
+        f"the chat server refuses the parameter {param}={json.dumps(body[param])}: {message} "
+        f"(fix: {_fix(param)})",
+        param,
+    )
 
 
 @dataclass
@@ -87,6 +156,8 @@ class ChatClient:
         self._thread: threading.Thread | None = None
         self._client: httpx.AsyncClient | None = None
         self._semaphore: asyncio.Semaphore | None = None
+        self.refused: ParameterRefused | None = None  # once a parameter is refused, nothing more is sent
+        self.context_window: int | None = None  # the model's positions, when the server lists them
 
     def body(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
@@ -110,17 +181,28 @@ class ChatClient:
             )
             self._client = httpx.AsyncClient(headers=self.headers, limits=limits)
             self._semaphore = asyncio.Semaphore(self.concurrency)
+        if self.refused is not None:
+            raise self.refused
         t0 = time.perf_counter()
-        payload = await post_json(
-            self._client,
-            f"{self.base_url}/chat/completions",
-            self.body(messages, tools),
-            policy=self.policy,
-            semaphore=self._semaphore,
-            breaker=self.breaker,
-            stats=self.stats,
-            deadline=deadline,
-        )
+        body = self.body(messages, tools)
+        try:
+            payload = await post_json(
+                self._client,
+                f"{self.base_url}/chat/completions",
+                body,
+                policy=self.policy,
+                semaphore=self._semaphore,
+                breaker=self.breaker,
+                stats=self.stats,
+                deadline=deadline,
+            )
+        except RequestFailed as exc:
+            refusal = classify_refusal(exc, body)
+            if isinstance(refusal, ParameterRefused):
+                self.refused = refusal
+            if refusal is exc:
+                raise
+            raise refusal from None
         return parse_reply(payload, time.perf_counter() - t0)
 
     def chat(

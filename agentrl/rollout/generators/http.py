@@ -2,8 +2,10 @@
 
 - Each request has its own timeout (a hard cap over the whole attempt, not only per socket read)
   and, optionally, an episode deadline it never outlives.
-- Transport errors, timeouts, 429 and 5xx answers are retried *for that request only*, with
-  jittered exponential backoff, at most ``max_retries`` times; a 4xx answer fails at once.
+- Transport errors, 429 and 5xx answers are retried *for that request only*, with jittered
+  exponential backoff, at most ``max_retries`` times; a 4xx answer fails at once. A request that
+  got no answer within its timeout is not retried unless ``retry_timeouts`` (a server that hangs
+  on a request usually hangs on it again: one hang should cost one timeout, not ``max_retries + 1``).
 - A semaphore caps requests in flight; a request waiting out its backoff holds no slot.
 - A :class:`CircuitBreaker` shared by all requests to one server opens after ``breaker_failures``
   requests in a row have failed for good (retries spent) with no success in between: later
@@ -27,6 +29,8 @@ import httpx
 from agentrl.errors import GeneratorError
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+#: how a request that never answered is described (eval does not replay such episodes: see runner)
+NO_ANSWER = "no answer within"
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class RequestPolicy:
     max_backoff_s: float = 8.0
     breaker_failures: int = 8
     timeout_setting: str = "timeout_s"
+    retry_timeouts: bool = False
 
     def backoff(self, attempt: int) -> float:
         """Seconds before retry ``attempt`` (1-based): exponential, capped, with +-25% jitter."""
@@ -53,11 +58,14 @@ class RequestPolicy:
 
 
 class RequestFailed(GeneratorError):
-    """A request failed for good; ``retryable`` says whether the last cause was a transient one."""
+    """A request failed for good; ``retryable`` says whether the last cause was a transient one;
+    ``status`` and ``body``: the server's answer when it answered with an error (4xx)."""
 
-    def __init__(self, message: str, retryable: bool = True):
+    def __init__(self, message: str, retryable: bool = True, status: int | None = None, body: str = ""):
         super().__init__(message)
         self.retryable = retryable
+        self.status = status
+        self.body = body
 
 
 class DeadlineExceeded(GeneratorError):
@@ -167,7 +175,9 @@ async def post_json(
         except (TimeoutError, httpx.TimeoutException):
             if capped_by_deadline:
                 raise DeadlineExceeded(f"the episode deadline passed during a request to {url}") from None
-            last = f"no answer within {policy.timeout_s:g}s ({policy.timeout_setting})"
+            last = f"{NO_ANSWER} {policy.timeout_s:g}s ({policy.timeout_setting})"
+            if not policy.retry_timeouts:
+                break
             continue
         except httpx.TransportError as exc:  # connection refused/dropped
             last = f"{type(exc).__name__}: {exc}"
@@ -178,7 +188,10 @@ async def post_json(
         if response.status_code >= 400:
             stats.failed += 1
             raise RequestFailed(
-                f"{url} answered HTTP {response.status_code}: {response.text[:500]}", retryable=False
+                f"{url} answered HTTP {response.status_code}: {response.text[:500]}",
+                retryable=False,
+                status=response.status_code,
+                body=response.text,
             )
         try:
             payload = response.json()
@@ -192,4 +205,6 @@ async def post_json(
         return payload
     stats.failed += 1
     breaker.record(False, last)
+    if last.startswith(NO_ANSWER) and not policy.retry_timeouts:
+        raise RequestFailed(f"{url}: {last}; not retried (a hung request costs one timeout)")
     raise RequestFailed(f"{url} failed after {policy.max_retries + 1} attempts; last error: {last}")

@@ -170,17 +170,79 @@ class OpenAIGenerator(Generator):
         await self._aclose_current()
 
 
-def served_model_name(url: str, timeout: float = 10.0, api_key: str | None = None) -> str:
-    """The first model id an OpenAI-compatible server lists at ``/models``."""
+def list_models(url: str, timeout: float = 10.0, api_key: str | None = None) -> list[dict[str, Any]]:
+    """The model cards an OpenAI-compatible server lists at ``/models`` (``id``; vLLM and
+    ``agentrl serve`` add ``root``: the weights, ``parent``: an adapter's base, ``max_model_len``)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         response = httpx.get(f"{url}/models", timeout=timeout, headers=headers)
         response.raise_for_status()
         models = response.json().get("data", [])
-    except (httpx.HTTPError, ValueError) as exc:
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
         raise ConfigError(
             "agent", f"cannot list models at {url}/models: {exc}", "check the URL and that the server runs"
         ) from exc
+    return [m for m in models if isinstance(m, dict) and "id" in m]
+
+
+def served_model_name(url: str, timeout: float = 10.0, api_key: str | None = None) -> str:
+    """The first model id an OpenAI-compatible server lists at ``/models``."""
+    models = list_models(url, timeout, api_key)
     if not models:
         raise ConfigError("agent", f"{url} serves no model", "name it explicitly: URL#model")
     return str(models[0]["id"])
+
+
+def pick_served_model(cards: list[dict[str, Any]], name: str | None, url: str) -> dict[str, Any] | None:
+    """The card of the model an ``openai:``/``chat:`` agent asks for: one naming rule for served adapters.
+
+    The agent sends the id the server lists: the first one when the spec names none (``agentrl serve
+    --adapter DIR`` lists only the adapter, under its folder name). Naming the base of a served
+    adapter where the server serves only the adapter is refused at once (it would be 404 on every
+    request); where it serves both (vLLM with LoRA modules) the base is what gets evaluated, and a
+    line says so. A name the server does not list is sent as given (servers such as llama.cpp
+    answer to any name). None when the server lists nothing.
+    """
+    import sys
+
+    if not cards:
+        return None
+    if not name:
+        return cards[0]
+    ids = [str(c["id"]) for c in cards]
+    adapters = [c for c in cards if c.get("parent") and name in (c.get("parent"), c.get("root"))]
+    if name in ids:
+        for card in adapters:
+            if card["id"] != name:
+                print(f"[eval] note: {url} also serves {card['id']!r}, an adapter of {name!r}; this run "
+                      f"evaluates the base {name!r} (write #{card['id']} for the adapter)", file=sys.stderr)  # fmt: skip
+        return cards[ids.index(name)]
+    if adapters:
+        served = adapters[0]["id"]
+        raise ConfigError(
+            "agent",
+            f"{url} serves {served!r}, an adapter of {name!r}, not {name!r} itself",
+            f"write #{served} or leave #model out (the tokenizer then comes from the adapter's folder or base)",
+        )
+    print(f"[eval] note: {url} does not list {name!r} (it lists {', '.join(ids[:5])}); sending it as given",
+          file=sys.stderr)  # fmt: skip
+    return None
+
+
+def tokenizer_sources(name: str, card: dict[str, Any] | None) -> list[str]:
+    """Where an ``openai:`` agent loads the served model's tokenizer from, in order: the card's
+    ``root`` when it is a folder here (an adapter or checkpoint folder holds its tokenizer), the
+    ``parent`` (an adapter's base model), then the served name itself."""
+    from pathlib import Path
+
+    sources: list[str] = []
+    if card is not None:
+        root = card.get("root")
+        if isinstance(root, str) and Path(root).is_dir():
+            sources.append(root)
+        parent = card.get("parent")
+        if isinstance(parent, str) and parent:
+            sources.append(parent)
+    if name not in sources:
+        sources.append(name)
+    return sources
