@@ -8,12 +8,19 @@ plant files, hold the box ``--episode-s``, give it back; the pool makes the next
 Targets (issue 3): warm p50 within 3x of subprocess and at least 10x faster than a cold container.
 
     python benchmarks/bench_sandbox.py [--quick] [--json PATH] [--backends docker,bwrap]
-        [--only lease] [--concurrency 1,32] [--episodes 8] [--episode-s 0.5]
+        [--only lease|churn] [--concurrency 1,32] [--episodes 8] [--episode-s 0.5]
+        [--seconds 10] [--package DIR]
+
+``--only churn`` is the issue-42 measurement: N threads loop lease, ``print(1)``, release for
+``--seconds``; it prints the cycle's p50/p99 and leases/s. ``--package DIR`` measures another copy
+of the ``sandboxes`` package (e.g. ``git archive HEAD sandboxes | tar -x -C /tmp/before``) in place
+of this checkout's, for before/after tables run back to back.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 import threading
@@ -23,6 +30,25 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import Row, median, parser, percentile, print_table, write_json  # noqa: E402
 
+
+def _use_package(directory: str) -> None:
+    """Import ``agentrl.sandboxes`` from ``directory`` (an older copy) instead of this checkout."""
+    import importlib.util
+
+    import agentrl
+
+    init = Path(directory) / "__init__.py"
+    spec = importlib.util.spec_from_file_location(
+        "agentrl.sandboxes", init, submodule_search_locations=[str(Path(directory))]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["agentrl.sandboxes"] = module
+    agentrl.sandboxes = module
+    spec.loader.exec_module(module)
+
+
+if "--package" in sys.argv:  # before anything imports the checkout's package
+    _use_package(sys.argv[sys.argv.index("--package") + 1])
 from agentrl.sandboxes import SandboxPool, make_sandbox  # noqa: E402
 
 PRINT1 = ["python3", "-c", "print(1)"]
@@ -172,12 +198,55 @@ def lease_latency(
     ]
 
 
+def lease_churn(backend: str, concurrency: int, seconds: float) -> list[Row]:
+    """``concurrency`` threads loop lease, ``print(1)``, release for ``seconds``: the cycle's
+    latency and the pool's leases/s (the clean-up of each released box included, since the next
+    lease waits for it when no clean box is idle)."""
+    cycles: list[float] = []
+    errors: list[BaseException] = []
+    with SandboxPool(backend, size=concurrency) as pool:
+        pool.wait_ready()
+        stop = time.monotonic() + seconds
+
+        def worker() -> None:
+            try:
+                while time.monotonic() < stop:
+                    start = time.perf_counter()
+                    with pool.lease(timeout=600) as box:
+                        result = box.exec(PRINT1, timeout=30)
+                    assert result.stdout == "1\n", result
+                    cycles.append(time.perf_counter() - start)
+            except BaseException as exc:  # reported below, never swallowed
+                errors.append(exc)
+
+        started = time.perf_counter()
+        threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.perf_counter() - started
+        stats = pool.stats
+        mode = getattr(pool, "reset", "?")
+    if errors:
+        raise RuntimeError(f"{len(errors)} episode thread(s) failed: {errors[0]!r}") from errors[0]
+    label = f"{backend} ({mode}): lease + print(1) + release, {concurrency} concurrent"
+    note = f"{len(cycles)} leases in {wall:.1f} s; pool stats {stats}"
+    return [
+        Row(f"{label} p50", median(cycles) * 1e3, "ms", note=note),
+        Row(f"{label} p99", percentile(cycles, 99) * 1e3, "ms"),
+        Row(f"{backend} ({mode}): leases/s, {concurrency} concurrent", len(cycles) / wall, "lease/s"),
+    ]
+
+
 def main() -> None:
     args_parser = parser(__doc__.splitlines()[0])
     args_parser.add_argument("--backends", default="docker,bwrap", help="comma-separated backends to measure")
     args_parser.add_argument(
-        "--only", choices=["all", "lease"], default="all", help="lease: only the pool rows"
+        "--only", choices=["all", "lease", "churn"], default="all", help="lease/churn: only those pool rows"
     )
+    args_parser.add_argument("--seconds", type=float, default=10.0, help="churn: seconds per level")
+    args_parser.add_argument("--package", default=None, help="measure the sandboxes package in DIR")
     args_parser.add_argument(
         "--concurrency", default=None, help="concurrent episodes (default 1,32; quick 1,4)"
     )
@@ -193,6 +262,15 @@ def main() -> None:
     args = args_parser.parse_args()
     levels = [int(n) for n in (args.concurrency or ("1,4" if args.quick else "1,32")).split(",")]
     episodes = args.episodes or (2 if args.quick else 8)
+    if args.only == "churn":
+        rows = []
+        for backend in args.backends.split(","):
+            for level in levels:
+                rows += lease_churn(backend.strip(), level, 2.0 if args.quick else args.seconds)
+        where = args.package or "this checkout"
+        print_table(rows, f"sandbox lease churn ({where}; {os.getloadavg()[0]:.1f} load)")
+        write_json(args.json_path, "sandbox", rows, args.quick)
+        return
     if args.only == "lease":
         rows = []
         for backend in args.backends.split(","):

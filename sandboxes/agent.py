@@ -10,9 +10,13 @@ exec costs one fork+exec instead of a Docker exec round trip. It:
 * keeps stateful Python interpreters (``session_server.py``) on private pipes, restarting one that
   crashed or overran its deadline and saying so;
 * puts/gets files under the writable roots only, refusing ``..`` escapes and symlinks;
-* ignores signals (it is PID 1) and is not dumpable, so sandboxed code cannot ptrace it.
+* ignores signals (it is PID 1) and is not dumpable, so sandboxed code cannot ptrace it;
+* when started as root (Docker), keeps no capability but setuid/setgid/kill, runs every exec and
+  interpreter as the sandbox uid and touches files as that uid (``setfsuid``): sandboxed code then
+  cannot signal, limit, re-nice, pin or re-prioritise it. Under bubblewrap it shares the sandbox
+  uid, and each reset puts its state back or fails (``agent_clean.py``).
 
-Requests: ``{"id", "op": exec|py|put|get|reset|ping, ...}``; every reply carries the same id.
+Requests: ``{"id", "op": exec|py|put|get|reset|inspect|ping, ...}``; every reply carries the same id.
 """
 
 import base64
@@ -27,6 +31,25 @@ import subprocess
 import sys
 import time
 
+if "scrub" not in globals():  # on a host (imports, linters); in the box base.py prepends the source
+    from agentrl.sandboxes.agent_clean import (
+        IPC_KINDS,
+        MQUEUE_DIR,
+        OverBudget,
+        agent_state,
+        clear_keyrings,
+        key_list,
+        net_state,
+        own_threads,
+        remove_ipc,
+        restore_agent_state,
+        root_state,
+        scrub,
+        sysv_ids,
+        task_count,
+        tree,
+    )
+
 CONFIG = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
 WORK = CONFIG.get("work", "/work")
 ROOTS = CONFIG.get("writable", [WORK, "/tmp"])
@@ -37,6 +60,13 @@ WATCHDOG = bool(CONFIG.get("watchdog", False))
 RLIMITS = CONFIG.get("rlimits", {})  # name -> value, set on the agent and so inherited by every child
 ENV = CONFIG.get("env", {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "LANG": "C.UTF-8"})
 GET_LIMIT = int(CONFIG.get("get_limit", 64 << 20))
+RESET_BUDGET_S = float(CONFIG.get("reset_budget_s", 2.0))  # past it a reset fails: the box is replaced
+SANDBOX_UID = int(CONFIG.get("sandbox_uid", 1000))
+# tasks in the box's pids cgroup outside its pid namespace (bwrap's own monitor process)
+OUTSIDE_TASKS = int(CONFIG.get("outside_tasks", 0))
+# Set in main(): the uid that runs sandboxed code when the agent itself is root (Docker), else None.
+RUN_AS = None
+OWNER = SANDBOX_UID  # the uid that owns every file an episode can make
 EMPTY_RESULT = {"ok": True, "stdout": "", "stderr": "", "exit_code": 0, "timed_out": False, "oom_killed": False,
                 "truncated": False, "wall_s": 0.0, "cpu_s": 0.0, "peak_mem_bytes": 0}  # fmt: skip
 
@@ -77,7 +107,8 @@ class Agent:
         self.sessions = {}  # sid -> Popen of a live interpreter
         self.oom_flag = False
         self.unchecked = set()  # sessions that may have been killed since they last answered
-        self.reaped = {}  # pid -> (status, rusage) of children reaped while waiting for others
+        self.reaped = {}  # pid -> (status, rusage) of our own children reaped while waiting for others
+        self.children = set()  # pids of execs and interpreters whose status someone will ask for
         self.selector = selectors.DefaultSelector()
         self.wake_r, wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -87,7 +118,8 @@ class Agent:
 
     # ---------------------------------------------------------------- processes
     def reap(self):
-        """Reap every exited child; remember statuses that someone may still ask for."""
+        """Reap every exited child; keep the status only of our own execs and interpreters (an
+        orphan's is dropped: kept, a later exec given the same pid would read it as its own)."""
         while True:
             try:
                 pid, status, usage = os.wait4(-1, os.WNOHANG)
@@ -95,9 +127,19 @@ class Agent:
                 return
             if pid == 0:
                 return
-            self.reaped[pid] = (status, usage)
-            if len(self.reaped) > 4096:  # orphans nobody asks about
-                self.reaped.pop(next(iter(self.reaped)))
+            if pid in self.children:
+                self.children.discard(pid)
+                self.reaped[pid] = (status, usage)
+
+    def spawn(self, argv, **kwargs):
+        """Popen as the sandbox uid (when the agent is root), remembered as our own child."""
+        if RUN_AS is not None:
+            kwargs.update(user=RUN_AS, group=RUN_AS, extra_groups=[])
+        proc = subprocess.Popen(argv, start_new_session=True, **kwargs)
+        self.reaped.pop(proc.pid, None)
+        self.children.add(proc.pid)
+        bait_oom_killer(proc.pid)
+        return proc
 
     def protected(self, table):
         keep = {os.getpid(), 1}
@@ -112,22 +154,28 @@ class Agent:
         return keep
 
     def sweep(self):
-        """Kill every process except the agent and live sessions' trees, until none is left."""
+        """Kill every process except the agent and live sessions' trees, until none is left.
+
+        Zombies are not skipped: a thread group whose leader exited (raw ``exit`` while another
+        thread runs) shows as one, and SIGKILL to its pid ends the whole group. A real zombie is
+        gone once its parent dies and the agent (the pid namespace's init) reaps it."""
         if os.getpid() != 1:  # only ever inside the box's own pid namespace: never on a host
             raise SystemExit("agent: refusing to sweep processes when not PID 1")
-        for _ in range(200):
+        victims = []
+        for _ in range(2000):
             self.reap()
             table = process_table()
             keep = self.protected(table)
-            victims = [pid for pid, (_, state) in table.items() if pid not in keep and state != "Z"]
+            victims = [pid for pid in table if pid not in keep]
             if not victims:
-                return
+                return []
             for pid in victims:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             time.sleep(0.001)
+        return victims
 
     def sandbox_rss(self):
         """Memory of every process but the agent, shared pages counted once (PSS), like a cgroup."""
@@ -199,20 +247,18 @@ class Agent:
         self.oom_flag = False
         started = time.monotonic()
         try:
-            proc = subprocess.Popen(
+            proc = self.spawn(
                 request["argv"],
                 stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=request.get("cwd") or WORK,
                 env=env,
-                start_new_session=True,
             )
         except OSError as exc:
             reply = dict(EMPTY_RESULT, exit_code=127)
             reply["stderr"] = "cannot run {!r}: {}\n".format(request["argv"][0], exc)
             return reply
-        bait_oom_killer(proc.pid)
         if stdin_data is not None:
             try:
                 proc.stdin.write(stdin_data)
@@ -274,22 +320,21 @@ class Agent:
             except ChildProcessError:
                 break
             self.reaped[got] = (status, usage)
+        self.children.discard(pid)
         return self.reaped.pop(pid, (9, resource.getrusage(resource.RUSAGE_CHILDREN)))
 
     def start_session(self, sid):
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
-        proc = subprocess.Popen(
+        proc = self.spawn(
             ["python3", "-u", "-c", SESSION_SOURCE, str(req_r), str(resp_w)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=WORK,
             env=ENV,
-            start_new_session=True,
             pass_fds=(req_r, resp_w),
         )
-        bait_oom_killer(proc.pid)
         os.close(req_r)
         os.close(resp_w)
         proc.req_w, proc.resp_r = req_w, resp_r
@@ -436,18 +481,35 @@ class Agent:
         return {"ok": True, "data": base64.b64encode(data).decode()}
 
     def op_reset(self, request):
-        """Kill everything, scrub the writable dirs and IPC objects, then verify the box is as new."""
+        """Kill everything, scrub the writable dirs, IPC objects and keyrings, put the agent's own
+        state back, forget every exit status, then verify the box is as it was at start. The whole
+        of it has a time budget (``reset_budget_s``); past it the reset fails."""
+        started = time.monotonic()
+        deadline = started + RESET_BUDGET_S
         for sid in list(self.sessions):
             self.kill_session(sid)
-        self.sweep()
         problems = []
-        for root in CLEAN_DIRS:
-            problems += scrub(root, ORIGINAL.get(root))
-        problems += remove_ipc()
+        left = self.sweep()
+        if left:
+            problems.append(f"processes survived 2000 kill rounds: {left[:8]}")
+        try:
+            for root in CLEAN_DIRS:
+                problems += scrub(root, ORIGINAL.get(root), OWNER, deadline)
+            with as_owner():  # SysV objects obey the euid, not the fsuid
+                problems += remove_ipc(deadline)
+                problems += clear_keyrings()
+        except OverBudget as exc:
+            problems.append(
+                f"the reset ran past its {RESET_BUDGET_S:g} s budget (at {exc}); the box is replaced"
+            )
+        problems += restore_agent_state(START["agent"])
+        self.reaped.clear()
+        self.children.clear()
+        settle(time.monotonic() + 0.5)
         problems += leftovers(self)
         if problems:
             return {"ok": False, "error": "reset could not clean the box: " + "; ".join(problems[:8])}
-        return {"ok": True}
+        return {"ok": True, "reset_s": time.monotonic() - started}
 
     def op_inspect(self, request):
         """What a fresh lease could observe of the box's state (the tests compare it across leases)."""
@@ -590,143 +652,23 @@ def not_regular(path, info):
     return f"path {path!r} is {kind}; put_file/get_file transfer only regular files"
 
 
-def scrub(root, original):
-    """Delete everything under ``root`` whatever its modes, restore ``root``'s own mode, times and
-    (no) xattrs as recorded at start; return what could not be done (never raises)."""
-    problems = []
-    try:
-        info = os.lstat(root)
-    except OSError as exc:
-        return [f"{root}: {exc.strerror}"]
-    if info.st_uid == os.geteuid():
-        try:  # the episode may have taken its own permissions away
-            os.chmod(root, 0o700)
-        except OSError as exc:
-            problems.append(f"chmod {root}: {exc.strerror}")
-    try:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError as exc:
-        return problems + [f"open {root}: {exc.strerror}"]
-    try:
-        empty_dir(fd, root, problems)
-    except RecursionError:
-        problems.append(f"{root}: directory tree too deep to remove")
-    finally:
-        os.close(fd)
-    if original is not None and info.st_uid == os.geteuid():
-        try:
-            for name in os.listxattr(root, follow_symlinks=False):
-                os.removexattr(root, name, follow_symlinks=False)
-        except OSError as exc:
-            problems.append(f"xattrs of {root}: {exc.strerror}")
-        try:
-            os.chmod(root, original["mode"])
-            os.utime(root, ns=(original["mtime_ns"], original["mtime_ns"]), follow_symlinks=False)
-        except OSError as exc:
-            problems.append(f"restore {root}: {exc.strerror}")
-    return problems
-
-
-def empty_dir(dir_fd, where, problems):
-    """Remove every entry of the open directory ``dir_fd`` (depth first), never following a symlink."""
-    for name in os.listdir(dir_fd):
-        try:
-            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            if stat.S_ISDIR(info.st_mode):
-                if info.st_mode & 0o700 != 0o700:
-                    os.chmod(name, 0o700, dir_fd=dir_fd)  # a directory: chmod follows nothing here
-                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-                try:
-                    empty_dir(sub, f"{where}/{name}", problems)
-                finally:
-                    os.close(sub)
-                os.rmdir(name, dir_fd=dir_fd)
-            else:
-                os.unlink(name, dir_fd=dir_fd)
-        except OSError as exc:
-            problems.append(f"remove {where}/{name}: {exc.strerror}")
-
-
-IPC_KINDS = ("shm", "msg", "sem")  # the files of /proc/sysvipc
-IPC_RMID = 0
-
-
-def sysv_ids(kind):
-    """Ids of the SysV IPC objects of ``kind`` (shm, msg, sem) in this IPC namespace."""
-    try:
-        with open(f"/proc/sysvipc/{kind}") as handle:
-            lines = handle.read().splitlines()[1:]
-    except OSError:
-        return []
-    return [int(line.split()[1]) for line in lines if line.strip()]
-
-
-def remove_ipc():
-    """Remove every SysV shm segment, message queue and semaphore set and every POSIX mqueue."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    calls = {"shm": libc.shmctl, "msg": libc.msgctl, "sem": lambda i, cmd, _: libc.semctl(i, 0, cmd)}
-    problems = []
-    for kind, call in calls.items():
-        for ipc_id in sysv_ids(kind):
-            if call(ipc_id, IPC_RMID, None) != 0:
-                problems.append(f"remove SysV {kind} {ipc_id}: {os.strerror(ctypes.get_errno())}")
-    if os.path.isdir(MQUEUE_DIR):
-        for name in os.listdir(MQUEUE_DIR):
-            try:
-                os.unlink(os.path.join(MQUEUE_DIR, name))
-            except OSError as exc:
-                problems.append(f"remove mqueue {name}: {exc.strerror}")
-    return problems
-
-
-def tree(root):
-    """Sorted (path, mode, uid, size) of everything under ``root``, without following symlinks
-    (iterative: an episode may leave a tree deeper than Python's recursion limit)."""
-    entries, stack = [], [root]
-    while stack:
-        top = stack.pop()
-        try:
-            with os.scandir(top) as listing:
-                for entry in listing:
-                    info = entry.stat(follow_symlinks=False)
-                    entries.append([entry.path, info.st_mode, info.st_uid, info.st_size])
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-        except OSError as exc:
-            entries.append([top, "unreadable", exc.strerror, 0])
-    return sorted(entries, key=str)
-
-
-def root_state(root):
-    """A writable dir's own mode, owner, xattrs and (when it is ours, so restorable) mtime."""
-    try:
-        info = os.lstat(root)
-    except OSError as exc:
-        return {"error": exc.strerror}
-    state = {"mode": info.st_mode, "uid": info.st_uid, "gid": info.st_gid}
-    if info.st_uid == os.geteuid():  # root-owned /tmp (Docker): the episode cannot change these
-        # atime is restored too, but not compared: listing a directory may move it (relatime)
-        try:
-            state["xattrs"] = sorted(os.listxattr(root, follow_symlinks=False))
-        except OSError as exc:
-            state["xattrs"] = [f"? {exc.strerror}"]
-        state["mtime_ns"] = info.st_mtime_ns
-    return state
-
-
 def observable_state(agent):
-    """Everything the next lease could read of what an earlier one left (files, IPC, processes, keys)."""
+    """Everything the next lease could read of what an earlier one left (files, IPC, processes,
+    keys, sockets) and the agent's own state."""
     agent.reap()
-    state = {"roots": {root: root_state(root) for root in CLEAN_DIRS}}
+    state = {"roots": {root: root_state(root, OWNER) for root in CLEAN_DIRS}}
     state["trees"] = {root: tree(root) for root in CLEAN_DIRS}
     state["sysv"] = {kind: sysv_ids(kind) for kind in IPC_KINDS}
     state["mqueues"] = sorted(os.listdir(MQUEUE_DIR)) if os.path.isdir(MQUEUE_DIR) else None
-    state["processes"] = sorted(
-        pid for pid, (_, st) in process_table().items() if pid != os.getpid() and st != "Z"
-    )
+    state["processes"] = sorted(pid for pid in process_table() if pid != os.getpid())
+    tasks, source = task_count()
+    expected = own_threads() + (OUTSIDE_TASKS if source == "cgroup" else 0)
+    state["tasks"] = {"count": tasks, "counted_by": source, "expected": expected}
     state["sessions"] = sorted(agent.sessions)
+    state["exit_statuses"] = sorted(agent.reaped)
+    state["keys"] = key_list()
+    state["net"] = net_state()
+    state["agent"] = agent_state()
     return state
 
 
@@ -745,11 +687,57 @@ def leftovers(agent):
         problems.append(f"{len(state['mqueues'])} POSIX message queue(s) left")
     if state["processes"] or state["sessions"]:
         problems.append(f"processes left: {state['processes']}")
+    tasks = state["tasks"]
+    if tasks["count"] != tasks["expected"]:
+        problems.append(
+            f"{tasks['count']} tasks in the box ({tasks['counted_by']}) where only the agent's "
+            f"{tasks['expected']} should be"
+        )
+    if state["exit_statuses"]:
+        problems.append(f"exit statuses kept: {state['exit_statuses'][:8]}")
+    if state["keys"] != START["keys"]:
+        problems.append(f"keys {state['keys']}, were {START['keys']}")
+    if state["net"]:
+        problems.append(f"network state left: {state['net']}")
     return problems
 
 
-MQUEUE_DIR = "/dev/mqueue"
+def settle(deadline):
+    """Wait briefly for what the kernel frees after its processes die: sockets (a loopback close
+    takes a moment) and unlinked keys (garbage-collected by a kernel worker)."""
+    while (net_state() or key_list() != START["keys"]) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+class as_owner:
+    """Run a block with the sandbox uid as effective uid when the agent is root (SysV IPC permission
+    checks use it), then back to root with file access as the sandbox uid again."""
+
+    def __enter__(self):
+        if RUN_AS is not None:
+            os.setegid(RUN_AS)
+            os.seteuid(RUN_AS)
+
+    def __exit__(self, *exc_info):
+        if RUN_AS is not None:
+            os.seteuid(0)
+            os.setegid(0)
+            set_fs_ids(RUN_AS)
+
+
+def set_fs_ids(uid):
+    """Check every file access against ``uid`` (the agent's other ids stay root)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.setfsgid(uid)
+    libc.setfsuid(uid)
+    if libc.setfsuid(-1) != uid:  # setfsuid returns the previous value; -1 changes nothing
+        raise SystemExit("agent: setfsuid failed")
+
+
 ORIGINAL = {}  # root -> root_state at start, what each reset restores and checks
+START = {}  # the agent's own state, the keys and the sockets at start, what each reset checks
 
 
 def new_session_keyring():
@@ -787,9 +775,18 @@ def main():
     except (OSError, AttributeError):
         pass
     os.umask(0o022)
+    global RUN_AS, OWNER
+    if os.geteuid() == 0:  # Docker: the agent stays root (setuid/setgid/kill only), code runs as the uid
+        RUN_AS = SANDBOX_UID
+        set_fs_ids(RUN_AS)
+    else:
+        OWNER = os.geteuid()
     new_session_keyring()
+    with as_owner():
+        clear_keyrings()  # so the baseline has the keyrings a reset leaves (the persistent one made)
     for root in CLEAN_DIRS:
-        ORIGINAL[root] = root_state(root)
+        ORIGINAL[root] = root_state(root, OWNER)
+    START.update(agent=agent_state(), keys=key_list())
     Agent().serve()
 
 

@@ -18,7 +18,11 @@ from typing import Any, Protocol
 
 from agentrl.errors import SandboxError, SandboxLost
 
-AGENT_SOURCE = (Path(__file__).resolve().parent / "agent.py").read_text()
+# One program for the box: the reset helpers first, then the agent (which imports them by name only
+# when it runs on a host).
+AGENT_SOURCE = "\n".join(
+    (Path(__file__).resolve().parent / name).read_text() for name in ("agent_clean.py", "agent.py")
+)
 SESSION_SOURCE = (Path(__file__).resolve().parent / "session_server.py").read_text()
 # Host-side slack on top of an exec's own timeout before the agent counts as hung.
 AGENT_GRACE_S = 10.0
@@ -35,13 +39,17 @@ class Limits:
     output_limit: int = 65536
     network: str | None = None  # None: no network at all; else an internal network the env owns
     ro_mounts: dict[str, str] = field(default_factory=dict)  # host path -> sandbox path, read-only
+    # Seconds a reset between leases may take (killing, deleting, verifying); past it the reset
+    # fails and the pool replaces the box. Bounds what an episode's leftovers cost the pool.
+    reset_budget_s: float = 2.0
 
     def __post_init__(self) -> None:
         for name in ("memory_mb", "pids", "work_tmpfs_mb", "output_limit"):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"sandbox limit {name} must be positive, got {getattr(self, name)!r}")
-        if self.cpus <= 0:
-            raise ValueError(f"sandbox limit cpus must be positive, got {self.cpus!r}")
+        for name in ("cpus", "reset_budget_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"sandbox limit {name} must be positive, got {getattr(self, name)!r}")
 
 
 @dataclass
@@ -149,9 +157,11 @@ class AgentSandbox:
 
     def _agent_config(self) -> dict[str, Any]:
         """What the agent is told at start (backends add their own keys)."""
-        from agentrl.sandboxes.image import IMAGE_ENV, WORK_DIR
+        from agentrl.sandboxes.image import IMAGE_ENV, SANDBOX_UID, WORK_DIR
 
         return {
+            "sandbox_uid": SANDBOX_UID,
+            "reset_budget_s": self.limits.reset_budget_s,
             "work": WORK_DIR,
             "writable": [WORK_DIR, "/tmp"],
             "clean": [WORK_DIR, "/tmp", "/dev/shm"],

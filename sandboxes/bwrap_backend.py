@@ -49,6 +49,24 @@ def bwrap_available() -> bool:
     return probe.returncode == 0
 
 
+# As root, each box's /usr is a read-only overlay of the host's mounted here in the box's own mount
+# namespace (the directories are shared and empty on the host).
+PRIVATE_USR = "/run/agentrl-bwrap/usr"
+EMPTY_LAYER = "/run/agentrl-bwrap/empty"
+
+
+def private_usr_supported() -> bool:
+    """True when boxes get a private overlay of /usr (root, with ``unshare`` and overlayfs)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    with open("/proc/filesystems") as handle:
+        if "overlay" not in handle.read():
+            return False
+    for path in (PRIVATE_USR, EMPTY_LAYER):
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    return True
+
+
 def _usr_merge_links() -> list[str]:
     links = []
     for name in ("bin", "sbin", "lib", "lib64", "lib32"):
@@ -137,6 +155,7 @@ class BwrapSandbox(AgentSandbox):
         self._stderr = None
         self.cgroup: BoxCgroup | None = None
         self.cgroup_version, self.cgroup_note = cgroup_support()
+        self._usr_choice: bool | None = None
         with _uid_lock:
             self.host_uid = HOST_UID_BASE + (os.getpid() * 131 + next(_uid_slots)) % 4000
 
@@ -146,7 +165,14 @@ class BwrapSandbox(AgentSandbox):
         rlimits["RLIMIT_NPROC"] = self._nproc_limit()
         # Without a cgroup the RSS watchdog is the memory limit (it cannot see shm, memfd or tmpfs).
         watchdog = self.cgroup_version is None
-        return {**super()._agent_config(), "memory_bytes": memory, "watchdog": watchdog, "rlimits": rlimits}
+        config = {**super()._agent_config(), "memory_bytes": memory, "watchdog": watchdog, "rlimits": rlimits}
+        config["outside_tasks"] = 1  # bwrap's monitor process shares the box's pids cgroup
+        return config
+
+    def _private_usr(self) -> bool:
+        if self._usr_choice is None:
+            self._usr_choice = private_usr_supported()
+        return self._usr_choice
 
     def _nproc_limit(self) -> int:
         if os.geteuid() == 0:
@@ -191,12 +217,15 @@ class BwrapSandbox(AgentSandbox):
             "--hostname",
             "sandbox",
         ]
-        argv += ["--ro-bind", "/usr", "/usr", *_usr_merge_links()]
+        usr = PRIVATE_USR if self._private_usr() else "/usr"
+        argv += ["--ro-bind", usr, "/usr", *_usr_merge_links()]
         argv += ["--ro-bind", _etc_dir(), "/etc", "--proc", "/proc", "--dev", "/dev"]
         argv += ["--size", size, "--tmpfs", WORK_DIR, "--size", size, "--tmpfs", "/tmp"]
         argv += ["--size", str(16 << 20), "--tmpfs", "/dev/shm", "--mqueue", "/dev/mqueue"]
-        if self.cgroup is not None:  # the agent reads its OOM-kill counter, as under Docker
+        if self.cgroup is not None:  # the agent reads its OOM-kill and task counters, as under Docker
             argv += ["--ro-bind", *self.cgroup.oom_file]
+            if self.cgroup.pids_file is not None:
+                argv += ["--ro-bind", *self.cgroup.pids_file]
         for host, inside in self.limits.ro_mounts.items():
             argv += ["--ro-bind", host, inside]
         argv += ["--remount-ro", "/"]  # bwrap's root is a tmpfs: make it read-only like Docker's
@@ -216,8 +245,16 @@ class BwrapSandbox(AgentSandbox):
                     f"could not make the bwrap box's cgroup ({self.cgroup_note}): {exc}"
                 ) from exc
         argv = self._command()
-        if self.cgroup is not None:
-            argv = self.cgroup.wrap(argv)
+        steps = [self.cgroup.join_command()] if self.cgroup is not None else []
+        if self._private_usr():
+            # A private mount namespace (gone with the box) where /usr is an overlay of the host's:
+            # its inodes are the box's own, so inotify in one box sees nothing another box or the
+            # host opens there (a bind of /usr shares every inode, and every open, between boxes).
+            steps.append(f"mount -t overlay agentrl-usr -o ro,lowerdir=/usr:{EMPTY_LAYER} {PRIVATE_USR}")
+            argv = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                    " && ".join(steps) + ' && exec "$@"', "agentrl-box", *argv]  # fmt: skip
+        elif steps:
+            argv = ["/bin/sh", "-c", steps[0] + ' && exec "$@"', "agentrl-box", *argv]
         self.process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env={}
         )

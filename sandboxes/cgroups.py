@@ -60,6 +60,8 @@ class BoxCgroup:
         self.version = version
         name = f"box-{os.getpid()}-{next(_names)}"
         self.dirs: list[str] = []
+        # (host path, path in the box) of the tasks counter the agent checks at each reset
+        self.pids_file: tuple[str, str] | None = None
         try:
             if version == "v2":
                 path = os.path.join(_parent(ROOT, True), name)
@@ -70,6 +72,7 @@ class BoxCgroup:
                     _write(os.path.join(path, "memory.swap.max"), "0")
                 _write(os.path.join(path, "pids.max"), str(pids))
                 self.oom_file = (os.path.join(path, "memory.events"), f"{ROOT}/memory.events")
+                self.pids_file = (os.path.join(path, "pids.current"), f"{ROOT}/pids.current")
             else:
                 memory = os.path.join(_parent(os.path.join(ROOT, "memory"), False), name)
                 os.mkdir(memory)
@@ -82,6 +85,7 @@ class BoxCgroup:
                     os.mkdir(pids_dir)
                     self.dirs.append(pids_dir)
                     _write(os.path.join(pids_dir, "pids.max"), str(pids))
+                    self.pids_file = (os.path.join(pids_dir, "pids.current"), f"{ROOT}/pids/pids.current")
                 self.oom_file = (
                     os.path.join(memory, "memory.oom_control"),
                     f"{ROOT}/memory/memory.oom_control",
@@ -90,10 +94,13 @@ class BoxCgroup:
             self.remove()
             raise
 
+    def join_command(self) -> str:
+        """Shell commands that move the shell running them into the box's cgroups."""
+        return " && ".join(f"echo $$ > '{d}/cgroup.procs'" for d in self.dirs)
+
     def wrap(self, argv: list[str]) -> list[str]:
         """``argv`` run by a shell that first moves itself into the box's cgroups."""
-        joins = " && ".join(f"echo $$ > '{d}/cgroup.procs'" for d in self.dirs)
-        return ["/bin/sh", "-c", f'{joins} && exec "$@"', "agentrl-cgroup", *argv]
+        return ["/bin/sh", "-c", f'{self.join_command()} && exec "$@"', "agentrl-cgroup", *argv]
 
     def memory_bytes_used(self) -> int:
         name = "memory.current" if self.version == "v2" else "memory.usage_in_bytes"

@@ -113,6 +113,11 @@ class DockerTransport:
             pass
 
 
+AGENT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL")
+SHM_MB, SHM_INODES = 16, 4096
+NET_SYSCTLS = {"net.ipv4.tcp_max_tw_buckets": "0"}
+
+
 def tmpfs_inodes(limits: Limits) -> int:
     """Inode cap of each tmpfs: one per 4 KiB of its size (a million empty files cost kernel memory)."""
     return max(1024, limits.work_tmpfs_mb * 256)
@@ -152,9 +157,13 @@ class DockerSandbox(AgentSandbox):
             tmpfs={
                 WORK_DIR: f"{tmpfs_opts},mode=0700,uid={SANDBOX_UID},gid={SANDBOX_UID}",
                 "/tmp": f"{tmpfs_opts},mode=1777",
+                # the engine's own /dev/shm has no inode cap: millions of empty files, slow to scrub
+                "/dev/shm": f"size={SHM_MB}m,nr_inodes={SHM_INODES},mode=1777,nosuid,nodev,noexec",
             },
-            shm_size=16 << 20,
+            # The agent is root with these three only (it runs every exec as SANDBOX_UID, which has
+            # none): sandboxed code cannot signal, limit, re-nice or re-pin a process of another uid.
             cap_drop=["ALL"],
+            cap_add=list(AGENT_CAPS),
             security_opt=["no-new-privileges"],
             mem_limit=f"{limits.memory_mb}m",
             memswap_limit=f"{limits.memory_mb}m",  # no swap: the memory limit is the limit
@@ -164,13 +173,18 @@ class DockerSandbox(AgentSandbox):
             binds={host: {"bind": inside, "mode": "ro"} for host, inside in limits.ro_mounts.items()},
             ipc_mode="private",
             auto_remove=True,  # if this process dies, the agent sees EOF, exits, and the box goes
+            # Nothing of the box's output reaches the host's disk: the engine's default json-file
+            # driver wrote every exec output and get_file payload (the attach stream) uncapped.
+            log_config={"Type": "none", "Config": {}},
+            # no TCP TIME_WAIT state kept between leases (a covert channel); namespaced per box
+            sysctls=dict(NET_SYSCTLS) if limits.network is None else None,
         )
         try:
             config = client.api.create_container_config(
                 self.image,
                 command=["python3", "-c", AGENT_SOURCE, json.dumps(self._agent_config())],
-                user=f"{SANDBOX_UID}:{SANDBOX_UID}",
-                working_dir=WORK_DIR,
+                user="0:0",  # the agent; it runs every exec as SANDBOX_UID (see AGENT_CAPS)
+                working_dir="/",
                 stdin_open=True,
                 tty=False,
                 network_disabled=limits.network is None,

@@ -4,13 +4,15 @@
 the box goes to a background worker that makes it clean for the next lease, off every episode's
 critical path, in one of two ways (``reset=``):
 
-* ``"recycle"``: the box is destroyed and a brand-new one is started in its place (bwrap's only
-  mode: a fresh bwrap gets fresh namespaces, tmpfs, IPC objects and keyrings);
-* ``"scrub"``: the in-box agent kills every process, deletes everything in the writable dirs
-  whatever its modes, removes SysV and POSIX IPC objects, restores the dirs' modes, times and
-  xattrs, and then *verifies* the box matches its state at start; a box that fails the check (or
-  dies) is replaced by a new one. A failed reset is never silent: it is logged, counted in
-  :class:`PoolStats` and the box never serves another lease.
+* ``"recycle"``: the box is destroyed and a brand-new one is started in its place (new
+  namespaces, tmpfs, IPC objects, keyrings, counters);
+* ``"scrub"`` (the default on both backends): the in-box agent kills every process, deletes
+  everything in the writable dirs whatever its modes, removes SysV and POSIX IPC objects, empties
+  the keyrings, puts its own limits and scheduling back, forgets every exit status, and then
+  *verifies* the box matches its state at start (processes counted by the box's ``pids`` cgroup,
+  no socket left, ...: ``agent_clean.py``), all within ``reset_budget_s``; a box that fails the
+  check, runs past the budget or dies is replaced by a new one. A failed reset is never silent: it
+  is logged, counted in :class:`PoolStats` and the box never serves another lease.
 
 ``"auto"`` picks by backend (:data:`DEFAULT_RESET`, chosen by ``benchmarks/bench_sandbox.py``). A
 box older than ``max_lifetime_s`` or used for ``max_uses`` leases is replaced. A sandbox that dies
@@ -37,10 +39,10 @@ from agentrl.sandboxes.base import AgentSandbox
 log = logging.getLogger("agentrl.sandboxes")
 
 RESET_MODES = ("auto", "scrub", "recycle")
-# Measured (sandboxes/README.md, "Measured"): a verified scrub keeps Docker leases at exec speed
-# while recycling every container at 32 concurrent episodes queues on the engine; a fresh bwrap
-# costs ~70 ms, so bwrap boxes are always recycled (its keyrings and user namespace go with it).
-DEFAULT_RESET = {"docker": "scrub", "bwrap": "recycle"}
+# Measured (docs/sandboxes.md, benchmarks/results/sandbox/): recycling queues leases on box
+# starts (the engine's ~0.5 s per container; ~11 new bwrap boxes/s on 2 cores) while a verified
+# scrub takes milliseconds, so both backends scrub by default (issue 42).
+DEFAULT_RESET = {"docker": "scrub", "bwrap": "scrub"}
 
 
 @dataclass
@@ -72,7 +74,7 @@ class SandboxPool:
         max_uses: leases before a sandbox is replaced by a fresh one.
         max_lifetime_s: age after which a sandbox is replaced.
         prewarm: start all ``size + spares`` sandboxes now, in parallel (else on first demand).
-        reset: ``"auto"``, ``"scrub"`` (Docker only) or ``"recycle"``; see the module docstring.
+        reset: ``"auto"`` (scrub), ``"scrub"`` or ``"recycle"``; see the module docstring.
         **limits: :class:`~agentrl.sandboxes.base.Limits` fields (``memory_mb``, ``pids``, ...).
     """
 
@@ -95,11 +97,6 @@ class SandboxPool:
             raise SandboxError(f"pool reset must be one of {', '.join(RESET_MODES)}, got {reset!r}")
         self.backend = resolve_backend(backend)
         self.reset = DEFAULT_RESET[self.backend] if reset == "auto" else reset
-        if self.reset == "scrub" and self.backend != "docker":
-            raise SandboxError(
-                f"reset='scrub' is for Docker boxes; {self.backend} boxes are recycled (reset='recycle' "
-                "or 'auto'): a scrub cannot give them a fresh user namespace and keyrings"
-            )
         self.size = size
         if spares is None:
             spares = size if self.reset == "recycle" else 0

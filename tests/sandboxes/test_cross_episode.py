@@ -326,12 +326,10 @@ def test_bwrap_pool_recycles_and_leaves_no_cgroup_behind():
 
     from agentrl.sandboxes.cgroups import cgroup_support
 
-    with pytest.raises(SandboxError, match="reset='scrub' is for Docker"):
-        SandboxPool("bwrap", size=1, reset="scrub")
     with pytest.raises(SandboxError, match="pool reset must be one of"):
         SandboxPool("bwrap", size=1, reset="wipe")
     mine = f"/sys/fs/cgroup/*/agentrl/box-{os.getpid()}-*"
-    with SandboxPool("bwrap", size=1, **TEST_LIMITS) as pool:
+    with SandboxPool("bwrap", size=1, reset="recycle", **TEST_LIMITS) as pool:
         with pool.lease() as first:
             pass
         with next_lease(pool) as second:
