@@ -26,6 +26,7 @@ def replay_through_agent(
         rollout,
         concurrency=1,
         group_size=1,
+        branches=0,
         max_turns=min(rollout.max_turns or len(actions), len(actions)),  # a --set max_turns cuts it shorter
         max_new_tokens=max(rollout.max_new_tokens, min(1024, rollout.max_context_tokens // 2)),
     )

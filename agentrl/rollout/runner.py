@@ -148,6 +148,9 @@ class Runner:
         self.policy_factory = policy_factory
         self.config = config or RolloutConfig()
         self.config.validate()
+        if self.config.branches and policy_factory is not None:
+            raise ConfigError("rollout.branches", "tree rollouts fork a model policy by replaying its tokens; a text "
+                              "agent's own state (an oracle's, a chat agent's) is not replayed", "set rollout.branches=0")  # fmt: skip
         self.show_progress = sys.stdout.isatty() if progress is None else progress
         self.on_episode = on_episode
         self.lockstep, self.lockstep_wait_s = lockstep_mode(lockstep, generator)

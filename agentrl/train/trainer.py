@@ -89,7 +89,6 @@ def filter_episodes(episodes: list[Episode], config: RunConfig) -> tuple[list[Ep
     return kept, stats
 
 
-def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str, float], run_stats: RunStats,
 def episodes_per_task(config: RunConfig) -> int:
     """Training episodes per task: ``group_size`` chains, or trees of 1 + ``branches`` episodes."""
     return config.rollout.group_size * (1 + config.rollout.branches)
@@ -104,6 +103,7 @@ def informative_groups(kept: list[Episode], generated_tokens: int) -> dict[str, 
 
 
                   config: RunConfig, rollouts: Rollouts, sampler: TaskSampler, engine: Any, *, step: int, tag: str,
+def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str, float], run_stats: RunStats,
                   progress: RunProgress) -> tuple[list[Episode], list[Episode], dict[str, float], RunStats]:  # fmt: skip
     """``algo.refill_rounds``: DAPO's dynamic sampling over-samples. While fewer than
     ``tasks_per_step`` groups survived the filters (on any rank: ranks draw tasks in step), sample
@@ -231,7 +231,8 @@ class Rollouts:
         n_fold = round(train.sft_fold_share * len(tasks))
         # the oracle's text is not sampled, so the per-turn token budget must not cut it
         rollout = self.config.rollout
-        settings = dataclasses.replace(rollout, max_new_tokens=max(rollout.max_new_tokens, 512), group_size=1)
+        settings = dataclasses.replace(rollout, max_new_tokens=max(rollout.max_new_tokens, 512), group_size=1,
+                                       branches=0)  # one demonstration per task: chains
         episodes: list[Episode] = []
         folded = dataclasses.replace(settings, folding="branch")
         for part, oracle, field, how in ((tasks[:n_fold], train.fold_oracle, "train.fold_oracle", folded),

@@ -115,3 +115,11 @@ def test_a_branch_that_diverges_under_replay_fails_saying_where(tiny, tokenizer)
 def test_bad_tree_settings_name_the_field(changes, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         RolloutConfig(**{"branches": 2, **changes}).validate()
+
+
+def test_tree_rollouts_refuse_a_text_agent_whose_state_replay_cannot_restore(tokenizer):
+    from agentrl.rollout.agent import TextPolicy
+    from agentrl.rollout.runner import Runner
+
+    with pytest.raises(ConfigError, match=r"rollout\.branches"):
+        Runner(make_lookup_env, tokenizer, policy_factory=lambda: TextPolicy(None), config=_settings())
