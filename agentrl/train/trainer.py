@@ -102,8 +102,8 @@ def informative_groups(kept: list[Episode], generated_tokens: int) -> dict[str, 
             "rollout/groups_per_1k_tokens": 1000.0 * groups / max(generated_tokens, 1)}  # fmt: skip
 
 
-                  config: RunConfig, rollouts: Rollouts, sampler: TaskSampler, engine: Any, *, step: int, tag: str,
 def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str, float], run_stats: RunStats,
+                  config: RunConfig, rollouts: Rollouts, sampler: TaskSampler, engine: Any, *, step: int, tag: str,
                   progress: RunProgress) -> tuple[list[Episode], list[Episode], dict[str, float], RunStats]:  # fmt: skip
     """``algo.refill_rounds``: DAPO's dynamic sampling over-samples. While fewer than
     ``tasks_per_step`` groups survived the filters (on any rank: ranks draw tasks in step), sample
@@ -407,13 +407,13 @@ def train(config: RunConfig) -> dict[str, Any]:
             episodes, rollout_stats = rollouts.run(
                 [rollouts.train_tasks[i] for i in picked], seed=derive_seed(train_cfg.seed, "rollout", step),
                 version=step, group_size=config.rollout.group_size, on_episode=phase.on_episode(),
+                branches=config.rollout.branches,
             )  # fmt: skip
         kept, filter_stats = filter_episodes(episodes, config)
         if algo.refill_rounds:  # DAPO over-sampling: more tasks until the step's groups are informative
             episodes, kept, filter_stats, rollout_stats = refill_groups(
                 episodes, kept, filter_stats, rollout_stats, config, rollouts, sampler, engine, step=step, tag=tag, progress=progress
             )  # fmt: skip
-                branches=config.rollout.branches,
         if train_cfg.save_episodes and rank0:
             (out_dir / "episodes").mkdir(parents=True, exist_ok=True)
             write_jsonl(episodes, out_dir / "episodes" / f"step-{step + 1:06d}.jsonl")
