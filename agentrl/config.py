@@ -146,6 +146,10 @@ class AlgoConfig:
     """Value clipping range (verl's cliprange_value); 0 turns clipping off."""
     old_logprobs: str = "recompute"
     """Behaviour log-probs for the ratio: recompute (learner pass before the update) | sampler."""
+    mismatch_correction: str | None = None
+    """Correction for a sampler whose log-probs differ from the learner's (vLLM, a server, another precision): none | tis (truncated importance sampling: each token's policy-gradient term times min(learner/sampler ratio, mismatch_cap)) | token_mask (tokens whose ratio is outside [1/cap, cap] leave the loss) | seq_mask (rows whose geometric-mean ratio is outside it leave the loss); needs old_logprobs=recompute; unset = none (agentrl.algos.mismatch)."""
+    mismatch_cap: float | None = None
+    """The learner/sampler ratio bound C of mismatch_correction (and of the logged mismatch/over_cap share); unset = 2.0."""
     ig_template: str = "Now there's enough information to answer.\n<answer>{answer}</answer>"
     """IGPO: text appended after each turn's context to score the gold answer (only {answer} is averaged)."""
     full_ctx_dropout: float = 0.0
@@ -160,6 +164,10 @@ class AlgoConfig:
         _choice(f"{prefix}.agg_unit", self.agg_unit, ("row", "rollout", None))
         _choice(f"{prefix}.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
         _choice(f"{prefix}.old_logprobs", self.old_logprobs, ("recompute", "sampler"))
+        _choice(f"{prefix}.mismatch_correction", self.mismatch_correction, ("none", "tis", "token_mask", "seq_mask", None))
+        if self.mismatch_cap is not None and not self.mismatch_cap > 1.0:
+            raise ConfigError(f"{prefix}.mismatch_cap", f"must be > 1 (a bound on the learner/sampler ratio), got {self.mismatch_cap}",
+                              "2.0 is common (Yao et al. 2025)")  # fmt: skip
         if self.vf_coef < 0 or self.vf_clip < 0:
             raise ConfigError(f"{prefix}.vf_coef", "vf_coef and vf_clip must be >= 0")
         self._check_registered(prefix)
@@ -358,6 +366,7 @@ NOT_EVAL_SETTINGS = {
     "env.ray_resources": "as placement", "env.ray_call_timeout_s": "as placement",
     "env.ray_start_timeout_s": "as placement", "env.ray_lost_retries": "as placement", "env.ray_services": "as placement",
     "rollout.group_size": "training samples per task (evals run one per task)",
+    "rollout.branches": "training tree rollouts (evals run chains)", "rollout.branch_at": "training tree rollouts",
     "rollout.tasks_per_step": "training batch", "rollout.temperature": "training sampling (evals use train.eval_temperature)",
     "rollout.concurrency": "episodes in flight: the same episodes, batched otherwise (float sums may "
                            "differ in their last bits)",
@@ -366,7 +375,6 @@ NOT_EVAL_SETTINGS = {
     "rollout.watchdog_s": "as episode_timeout_s", "rollout.watchdog_action": "as episode_timeout_s",
     "rollout.max_retries": "as episode_timeout_s",
     "rollout.unfolded_penalty": "training reward shaping (success is the env's own metric)",
-    "rollout.branches": "training tree rollouts (evals run chains)", "rollout.branch_at": "training tree rollouts",
     "rollout.unfolded_threshold": "as unfolded_penalty", "rollout.failure_penalty": "as unfolded_penalty",
     "rollout.scope_penalty": "as unfolded_penalty", "rollout.scope_judge": "as unfolded_penalty",
     "rollout.scope_judge_url": "as unfolded_penalty", "rollout.scope_judge_model": "as unfolded_penalty",
@@ -375,7 +383,7 @@ NOT_EVAL_SETTINGS = {
         "advantage", "loss", "ratio", "agg", "agg_unit", "clip_low", "clip_high", "kl_coef", "kl_kind",
         "entropy_coef", "gamma", "lam", "clip_bias_correction", "clip_bias_floor", "dynamic_sampling",
         "refill_rounds", "drop_void_turns", "options", "loss_options", "critic", "vf_coef", "vf_clip",
-        "old_logprobs", "ig_template", "full_ctx_dropout")},
+        "old_logprobs", "mismatch_correction", "mismatch_cap", "ig_template", "full_ctx_dropout")},
     **{f"train.{name}": "optimisation and bookkeeping: training only" for name in (
         "steps", "lr", "weight_decay", "warmup_steps", "ppo_epochs", "minibatch_size", "micro_batch_size",
         "max_grad_norm", "skip_zero_advantage", "engine", "zero_stage", "offload", "logprob_impl",

@@ -146,6 +146,7 @@ def ppo_clip(
     seq_id: Tensor | None = None,
     norm_constant: float | None = None,
     ratio_max: float | None = None,
+    is_weight: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate ``-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A)``, aggregated.
 
@@ -159,11 +160,14 @@ def ppo_clip(
         logp: ``[B, L]`` log-prob of the sampled tokens under the current policy (with grad).
         old_logp: ``[B, L]`` under the behaviour policy. adv: ``[B, L]``. mask: ``[B, L]``.
         turn_id: ``[B, L]`` for ``ratio="turn"``. agg, seq_id, norm_constant: see :func:`agg_loss`.
+        is_weight: ``[B, L]`` per-token weight of the clipped term, no gradient (truncated
+            importance sampling toward the sampler: :func:`agentrl.algos.mismatch.tis_weight`).
 
     Returns:
         ``(loss, metrics)``; metrics: ``pg_loss``, ``clipfrac`` (tokens where the clipped branch is
         active), ``clipfrac_dual``, ``approx_kl`` (mean of ``r - 1 - log r`` over token ratios),
-        ``ratio_mean/min/max`` (of the ratio the loss used).
+        ``ratio_mean/min/max`` (of the ratio the loss used); with ``is_weight`` also
+        ``is_weight_mean`` and ``is_weight_min``.
     """
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (verl uses 3), got {dual_clip}")
@@ -180,6 +184,8 @@ def ppo_clip(
     if dual_clip is not None:
         cap = -a * dual_clip
         pg = torch.where(a < 0, torch.minimum(pg_max, cap), pg_max)
+    if is_weight is not None:
+        pg = pg * torch.where(m, is_weight.detach(), torch.ones_like(pg))
     loss = agg_loss(pg, m, agg, seq_id=seq_id, norm_constant=norm_constant)
 
     with torch.no_grad():
@@ -192,7 +198,11 @@ def ppo_clip(
             [loss.detach(), clipped.sum() / n, dual.sum() / n, approx_kl, r_mean, r_min, r_max]
         ).tolist()
     names = ("pg_loss", "clipfrac", "clipfrac_dual", "approx_kl", "ratio_mean", "ratio_min", "ratio_max")
-    return loss, dict(zip(names, stats, strict=True))
+    metrics = dict(zip(names, stats, strict=True))
+    if is_weight is not None:
+        w_mean, w_min, _ = _masked_stats(is_weight.detach(), m)
+        metrics |= {"is_weight_mean": float(w_mean), "is_weight_min": float(w_min)}
+    return loss, metrics
 
 
 def clip_bias_norm(

@@ -171,7 +171,8 @@ class Loss:
         opts = {**self.presets, **options}
         b = gather(batch, self.needs(opts), f"loss '{self.name}'")
         first, second, mask = (b.pop(name) for name in self.head)
-        opts.pop("agg_unit", None)  # chose whether seq_id is needed; not a function argument
+        for name in self.extra_options:  # e.g. agg_unit: chose which tensors are needed; not arguments
+            opts.pop(name, None)
         return self.fn(first, second, target, mask, **b, **opts)
 
 
@@ -312,14 +313,22 @@ def _per_rollout(o: Mapping[str, Any]) -> bool:
     return o.get("agg_unit") == "rollout"
 
 
-_PPO = {"turn_id": _turn_ratio, "seq_id": _per_rollout}
+def _tis(o: Mapping[str, Any]) -> bool:
+    return o.get("mismatch_correction") == "tis"
+
+
+_PPO = {"turn_id": _turn_ratio, "seq_id": _per_rollout, "is_weight": _tis}
 _UNIT = {"agg_unit": "row"}
+# sampler-learner mismatch (agentrl.algos.mismatch): tis reads the is_weight tensor; the masks act
+# through loss_mask (agentrl.train.fields), so the loss function itself takes neither option
+_MISMATCH = {"mismatch_correction": "none", "mismatch_cap": 2.0}
 
 
 def _ppo(
     name: str, presets: Mapping[str, Any] | None = None, fn: Callable[..., Any] = loss_lib.ppo_clip
 ) -> Loss:
-    return Loss(name, fn, dict(presets or {}), keywords=_PPO, extra_options=_UNIT, inert_at_zero_advantage=True)
+    return Loss(name, fn, dict(presets or {}), keywords=_PPO, extra_options={**_UNIT, **_MISMATCH},
+                inert_at_zero_advantage=True)
 
 
 LOSS_ENTRIES: tuple[Loss, ...] = (

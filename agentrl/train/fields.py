@@ -173,14 +173,23 @@ def _critic(config: Any) -> bool:
 
 @producer("loss_mask", "batch builder", "[B, L]")
 def _loss_mask(step: StepData) -> Tensor:
-    """1 on trainable tokens; rows of rollouts the estimator excludes (SUPO's unfinished) are all 0."""
+    """1 on trainable tokens; rows of rollouts the estimator excludes (SUPO's unfinished) are all 0,
+    and so are the tokens a masking sampler-mismatch correction drops (algo.mismatch_correction)."""
     mask = step.tokens.loss_mask
     keep = step.plan.estimator.row_keep(_RowView(step), step.plan.advantage_options)
-    if keep is None:
-        return mask
-    from agentrl.algos.shaping import rollout_row_mask
+    if keep is not None:
+        from agentrl.algos.shaping import rollout_row_mask
 
-    return rollout_row_mask(keep, step.tokens.row_episode, mask).to(mask.dtype)
+        mask = rollout_row_mask(keep, step.tokens.row_episode, mask).to(mask.dtype)
+    options = step.plan.loss_options
+    kind = options.get("mismatch_correction", "none")
+    if kind in ("token_mask", "seq_mask"):
+        from agentrl.algos.mismatch import correction_keep
+
+        kept = correction_keep(kind, step.old["logp"], step.tokens.old_logprobs, step.tokens.loss_mask,
+                               cap=options["mismatch_cap"])  # fmt: skip
+        mask = mask * kept.to(mask.dtype)
+    return mask
 
 
 class _RowView(LazyBatch):
@@ -214,6 +223,26 @@ def _old_logp(step: StepData) -> Tensor:
     if step.config.algo.old_logprobs == "sampler":
         return step.tokens.old_logprobs
     return step.old["logp"]
+
+
+@producer("sampler_logp", "rollout record", "[B, L]")
+def _sampler_logp(step: StepData) -> Tensor:
+    """log-probs the sampler reported for the tokens it generated (TokenBatch.old_logprobs)."""
+    return step.tokens.old_logprobs
+
+
+def _tis_on(config: Any) -> bool:
+    algo = config.algo
+    return (algo.mismatch_correction or algo.loss_options.get("mismatch_correction")) == "tis"
+
+
+@producer("is_weight", "learner pass", "[B, L]", setting="algo.mismatch_correction=tis", available=_tis_on)
+def _is_weight(step: StepData) -> Tensor:
+    """truncated learner/sampler importance weight min(exp(old_logp - sampler_logp), algo.mismatch_cap)."""
+    from agentrl.algos.mismatch import tis_weight
+
+    cap = step.plan.loss_options["mismatch_cap"]
+    return tis_weight(step.old["logp"], step.tokens.old_logprobs, step.tokens.loss_mask, cap=cap)
 
 
 @producer("entropy", "learner pass", "[B, L]")

@@ -20,7 +20,7 @@ from typing import Any
 from agentrl.errors import ConfigError
 
 # AlgoConfig fields that are loss / estimator options; None = unset (the preset or default applies)
-LOSS_FIELDS = ("ratio", "agg", "agg_unit", "clip_low", "clip_high")
+LOSS_FIELDS = ("ratio", "agg", "agg_unit", "clip_low", "clip_high", "mismatch_correction", "mismatch_cap")
 ESTIMATOR_FIELDS = ("gamma", "lam")
 
 
@@ -129,7 +129,19 @@ def objective_plan(config: Any) -> ObjectivePlan:
             "use loss ppo_clip | turn_ppo | dapo | grpo | ... or set algo.clip_bias_correction=false",
         )
     _check_skip_zero_advantage(config, loss)
+    _check_mismatch(config, loss_options)
     return plan
+
+
+def _check_mismatch(config: Any, loss_options: dict[str, Any]) -> None:
+    """A sampler-mismatch correction weighs the learner's behaviour pass against the sampler's
+    log-probs; with ``old_logprobs=sampler`` that pass is not the ratio's denominator."""
+    correction = loss_options.get("mismatch_correction", "none")
+    if correction != "none" and config.algo.old_logprobs != "recompute":
+        raise ConfigError("algo.mismatch_correction",
+                          f"{correction!r} corrects the learner's recomputed behaviour log-probs toward the sampler's, "
+                          "but algo.old_logprobs=sampler already takes the ratio against the sampler",
+                          "set algo.old_logprobs=recompute, or algo.mismatch_correction=none")  # fmt: skip
 
 
 def _check_skip_zero_advantage(config: Any, loss: Any) -> None:

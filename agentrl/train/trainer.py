@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import yaml
 
+from agentrl.algos.mismatch import mismatch_metrics
 from agentrl.config import RunConfig, eval_differences, load_config, to_dict
 from agentrl.errors import AgentRLError, ConfigError
 from agentrl.rollout.generators.base import derive_seed
@@ -158,10 +159,15 @@ def export_weights(policy: Any) -> list[tuple[str, torch.Tensor]]:
     return [(name, p.detach()) for name, p in policy.lm.named_parameters()]
 
 
+def shares_model(engine: Any, generator: Any) -> bool:
+    """Whether the generator samples from the very module being trained (the HF generator)."""
+    return getattr(generator, "model", None) is engine.policy.model
+
+
 def sync_generator(engine: Any, generator: Any) -> None:
     """New weights to the generator: nothing when it shares the live model, else a copy (vLLM)."""
-    if getattr(generator, "model", None) is engine.policy.model:
-        return  # the HF generator samples from the very module being trained
+    if shares_model(engine, generator):
+        return
     gather = getattr(engine, "gathered_parameters", None)
     if gather is not None:
         with gather():
@@ -439,6 +445,9 @@ def train(config: RunConfig) -> dict[str, Any]:
             with progress.phase(f"{tag} scoring", per_step=False, key="scoring"):
                 adv, returns, batch = compute_advantages(data)  # the behaviour pass runs here (lazy)
                 metrics |= plan.estimator.diagnostics(batch, plan.advantage_options)  # e.g. IGPO's gains
+                if old.computed or not shares_model(engine, generator):  # a separate sampler: always measured
+                    metrics |= mismatch_metrics(old["logp"], tokens.old_logprobs, tokens.loss_mask,
+                                                cap=plan.loss_options.get("mismatch_cap", 2.0))  # fmt: skip
             scoring_s = time.perf_counter() - t0
             metrics |= peaks.end("scoring")
             t0 = time.perf_counter()
