@@ -144,8 +144,10 @@ def scripted_factory(spec: AgentSpec, suite: Suite) -> Callable[[Any, Job], Scri
 
 
 # --------------------------------------------------------------------------- model agents
-def ray_envs(suite: Suite, address: str) -> dict[str, Any]:
-    """``--ray ADDRESS``: one pool of Ray env actors per part (``agentrl.rollout.remote_env``)."""
+def ray_envs(suite: Suite, address: str, concurrency: int) -> dict[str, Any]:
+    """``--ray ADDRESS``: one pool of Ray env actors per part (``agentrl.rollout.remote_env``), sized
+    to the cluster for ``concurrency`` episodes at once before any actor is created (fitted, or
+    refused at once: never a wait for actors that cannot be placed)."""
     from agentrl.rollout.remote_env import RayEnvs, RaySettings
 
     return {
@@ -153,6 +155,8 @@ def ray_envs(suite: Suite, address: str) -> dict[str, Any]:
             part.env_id,
             {"split": suite.split, **{k: v for k, v in part.kwargs.items() if v is not None}},
             RaySettings(address=None if address == "local" else address),
+            # each part keeps its own actors (threads hold one env per part): they share the cluster
+            concurrency=max(1, concurrency) * len(suite.parts),
         )
         for part in suite.parts
     }
@@ -275,7 +279,7 @@ def evaluate(
     ]
     if replays < 0:
         raise ConfigError("replays", f"must be >= 0, got {replays}", "pass --replays 2 (0 = no replays)")
-    remote = ray_envs(suite_obj, ray) if ray else None  # envs in Ray actors (--ray)
+    remote = ray_envs(suite_obj, ray, concurrency) if ray else None  # envs in Ray actors (--ray)
     start = time.perf_counter()
     setup_s = 0.0
     transcripts: list[dict[str, Any]] = []

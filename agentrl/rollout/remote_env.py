@@ -27,6 +27,7 @@ import dataclasses
 import itertools
 import logging
 import os
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -120,10 +121,15 @@ class RaySettings:
     start_timeout_s: float = 300.0
     lost_retries: int = 0
     services: str = "node"  # shared tool services: node | cluster | actor (see ray_services.py)
+    #: when the episodes run at once do not fit the cluster at ``num_cpus_per_env``: lower it so they
+    #: do (True) or refuse at once (False); never wait for actors that cannot be placed
+    fit: bool = True
 
     @classmethod
     def from_env(cls, env: Any) -> RaySettings:
         return cls(
+            # the default 1 CPU per env is fitted to the cluster; a value set in the config is kept
+            fit=env.num_cpus_per_env == cls.num_cpus_per_env,
             address=env.ray_address,
             num_cpus_per_env=env.num_cpus_per_env,
             envs_per_actor=env.envs_per_actor,
@@ -151,11 +157,66 @@ def init_ray(address: str | None) -> Any:
     return ray
 
 
-def episode_envs(env_cfg: Any, env_kwargs: dict[str, Any], local: Any) -> Any:
-    """The runner's env source for ``env.placement``: ``local`` (a factory) or a :class:`RayEnvs` pool."""
+def episode_envs(env_cfg: Any, env_kwargs: dict[str, Any], local: Any, concurrency: int | None = None) -> Any:
+    """The runner's env source for ``env.placement``: ``local`` (a factory) or a :class:`RayEnvs`
+    pool sized for ``concurrency`` episodes at once (see :func:`fit_placement`)."""
     if env_cfg.placement != "ray":
         return local
-    return RayEnvs(env_cfg.id, env_kwargs, RaySettings.from_env(env_cfg))
+    return RayEnvs(env_cfg.id, env_kwargs, RaySettings.from_env(env_cfg), concurrency=concurrency)
+
+
+def fit_placement(nodes: list[dict[str, Any]], settings: RaySettings, concurrency: int) -> tuple[RaySettings, str]:
+    """Size env actors to the cluster before any is created: ``concurrency`` episodes need
+    ``ceil(concurrency / envs_per_actor)`` actors of ``num_cpus_per_env * envs_per_actor`` CPUs (plus
+    ``resources``), each on one node. When they fit, ``settings`` as given; when they do not and
+    ``settings.fit``, the largest CPUs per env that lets them fit (Ray takes fractions); else a
+    :class:`ConfigError` naming what is asked, what the cluster has and what to change. ``nodes``:
+    ``ray.nodes()``. Returns ``(settings, one line saying what was decided)``."""
+    import math
+
+    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
+    s = settings
+    for label, amount in s.resources.items():
+        if not any(r.get(label, 0) >= amount for r in alive):
+            have = sorted({k for r in alive for k in r if k not in ("CPU", "memory", "object_store_memory")})
+            raise ConfigError(
+                "env.ray_resources",
+                f"no node of the Ray cluster has {amount:g} {label!r} (its resources: {', '.join(have) or 'none'})",
+                "start a node with it (ray start --resources) or drop it from env.ray_resources",
+            )
+    hosts = [r for r in alive if all(r.get(k, 0) >= v for k, v in s.resources.items())]
+    cpus = [float(r.get("CPU", 0)) for r in hosts]
+    actors = math.ceil(concurrency / s.envs_per_actor)
+
+    def room(per_actor: float) -> int:  # actors the nodes can hold at once
+        return sum(int(c / per_actor + 1e-9) for c in cpus) if per_actor > 0 else actors
+
+    per_actor = s.num_cpus_per_env * s.envs_per_actor
+    asked = (
+        f"{concurrency} episode(s) at once = {actors} env actor(s) of {per_actor:g} CPU "
+        f"(env.num_cpus_per_env {s.num_cpus_per_env:g} x env.envs_per_actor {s.envs_per_actor})"
+    )
+    cluster = f"{sum(cpus):g} CPU on {len(cpus)} node(s)"
+    if room(per_actor) >= actors:
+        return s, f"{asked}; the cluster has {cluster}: they fit"
+    # the largest CPUs per actor that fits: some node's CPUs split evenly
+    candidates = [c / k for c in cpus for k in range(1, actors + 1) if c > 0]
+    fitting = [c for c in candidates if c < per_actor and room(c) >= actors]
+    fitted = math.floor(max(fitting) / s.envs_per_actor * 1000) / 1000 if fitting else 0.0
+    if not s.fit or fitted <= 0:
+        room_now = room(per_actor) * s.envs_per_actor
+        raise ConfigError(
+            "env.num_cpus_per_env",
+            f"{asked} cannot all be placed: the cluster has {cluster}, room for {room_now} episode(s)",
+            f"run at most {room_now} at once (--concurrency / rollout.concurrency)"
+            + (f", or set env.num_cpus_per_env={fitted:g}" if fitted > 0 else "")
+            + ", or add nodes",
+        )
+    line = (
+        f"{asked} do not fit the cluster's {cluster}: env.num_cpus_per_env lowered to {fitted:g} so that "
+        "all are placed at once (set env.num_cpus_per_env, or lower the concurrency, to choose otherwise)"
+    )
+    return dataclasses.replace(s, num_cpus_per_env=fitted), line
 
 
 class EnvHost:
@@ -270,7 +331,11 @@ class RayEnvs:
         env: str | Callable[[], Any],
         env_kwargs: dict[str, Any] | None = None,
         settings: RaySettings | None = None,
+        *,
+        concurrency: int | None = None,
     ):
+        """``concurrency``: episodes that will run at once; given, the actors are sized to the
+        cluster first (:func:`fit_placement`: fitted or refused, never left waiting)."""
         self.env = env
         self.env_id = (
             env if isinstance(env, str) else getattr(env, "env_id", getattr(env, "__name__", "custom"))
@@ -281,6 +346,9 @@ class RayEnvs:
         self.settings = settings or RaySettings()
         self.lost_retries = self.settings.lost_retries  # read by the runner
         self.ray = init_ray(self.settings.address)
+        if concurrency is not None:
+            self.settings, line = fit_placement(self.ray.nodes(), self.settings, concurrency)
+            print(f"[ray] {line}", file=sys.stderr, flush=True)
         from agentrl.rollout.ray_services import ClusterServices, env_needs
 
         self.services = ClusterServices(self.ray, self.settings.services, env_needs(env, self.env_kwargs))

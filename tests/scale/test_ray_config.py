@@ -60,3 +60,29 @@ def test_ray_settings_are_kept_as_given():
     assert RaySettings.from_env(config.env) == RaySettings(
         address="auto", envs_per_actor=3, resources={"envnode": 1.0}, services="cluster", start_timeout_s=45.0
     )
+
+
+def _nodes(*cpus: float, **resources: float) -> list[dict]:
+    return [{"Alive": True, "Resources": {"CPU": c, **(resources if i == len(cpus) - 1 else {})}}
+            for i, c in enumerate(cpus)]  # fmt: skip
+
+
+def test_placement_fits_the_cluster_before_any_actor_is_created():
+    """`--ray local` on 2 cores with 4 episodes at once: 1 CPU per env cannot place them all, so the
+    default is lowered to what fits; a value the user set is refused at once, naming what fits."""
+    from agentrl.errors import ConfigError
+    from agentrl.rollout.remote_env import RaySettings, fit_placement
+
+    kept, line = fit_placement(_nodes(2), RaySettings(), concurrency=2)
+    assert kept.num_cpus_per_env == 1.0 and "they fit" in line
+    fitted, line = fit_placement(_nodes(2), RaySettings(), concurrency=4)
+    assert fitted.num_cpus_per_env == 0.5 and "lowered to 0.5" in line
+    fitted, _ = fit_placement(_nodes(1, 1), RaySettings(envs_per_actor=2), concurrency=6)
+    assert fitted.num_cpus_per_env == 0.25  # 3 actors of 2 envs on two 1-CPU nodes: half a CPU an actor
+    with pytest.raises(ConfigError, match=r"room for 2 episode\(s\).*at most 2 at once.*num_cpus_per_env=0.5"):
+        fit_placement(_nodes(2), RaySettings(fit=False), concurrency=4)
+    with pytest.raises(ConfigError, match="no node of the Ray cluster has 1 'gpu_box'.*envnode"):
+        fit_placement(_nodes(1, 1, envnode=1), RaySettings(resources={"gpu_box": 1}), concurrency=1)
+    # pinned to the one node with the resource: only its CPU counts
+    fitted, _ = fit_placement(_nodes(4, 1, envnode=1), RaySettings(resources={"envnode": 1}), concurrency=4)
+    assert fitted.num_cpus_per_env == 0.25

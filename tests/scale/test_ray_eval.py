@@ -26,6 +26,14 @@ def test_eval_with_ray_gives_the_same_records_as_local(ray_cluster):
     assert remote.metrics["ray"] == ray_cluster.address and local.metrics["ray"] is None
 
 
+def test_eval_with_the_default_concurrency_fits_a_small_cluster(ray_cluster, capsys):
+    """Four episodes at once on a 2-CPU cluster: the env actors are sized to it before any is created
+    (1 CPU each could place only two; the others would wait out env.ray_start_timeout_s)."""
+    result = evaluate("search-qa", "oracle", limit=4, concurrency=4, seed=1, ray=ray_cluster.address)
+    assert not any(r["error"] for r in result.records) and result.metrics["overall"]["success_rate"] == 1.0
+    assert "env.num_cpus_per_env lowered to 0.5 so that all are placed at once" in capsys.readouterr().err
+
+
 def test_eval_command_with_ray_writes_the_address_it_used(ray_cluster, tmp_path, capsys):
     code = run_eval(
         suite="search-qa",
