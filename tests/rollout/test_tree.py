@@ -48,6 +48,7 @@ def test_each_root_is_followed_by_its_branches_which_replay_its_prefix_exactly(t
             assert [t.output_logprobs for t in branch.turns[:k]] == [t.output_logprobs for t in root.turns[:k]]
             assert all(t.shared for t in branch.turns[:k]) and not any(t.shared for t in branch.turns[k:])
             generated += sum(len(t.output_ids) for t in branch.turns[k:])
+            assert branch.timings["generated_tokens"] == sum(len(t.output_ids) for t in branch.turns[k:])
         # the continuations after the fork are sampled on their own streams
         assert len({tuple(e.turns[k].output_ids) for e in tree}) > 1
     assert len({e.group_id for e in episodes}) == 4  # one group per tree
