@@ -74,3 +74,44 @@ def test_agentrl_serve_lists_a_lora_adapter_under_its_folder_name(tiny, tokenize
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_a_served_run_model_evaluates_with_openai_and_chat_without_renaming(tiny, tokenizer, tmp_path):
+    """A trained run's `model/` folder (a LoRA adapter with its tokenizer, as `agentrl train` exports
+    it) served by `agentrl serve --adapter`: both remote agents find the served id, the tokenizer
+    (the adapter's folder) and the base without the user naming anything; naming the base is refused
+    at once with the name to use."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    from agentrl.errors import ConfigError
+    from agentrl.eval.model_agent import ModelEvalConfig
+    from agentrl.eval.runner import evaluate
+
+    base_dir, run_model = tmp_path / "tiny", tmp_path / "run" / "model"
+    tiny.save_pretrained(base_dir)
+    tokenizer.save_pretrained(base_dir)
+    peft_model = get_peft_model(copy.deepcopy(tiny), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    peft_model.save_pretrained(run_model)
+    tokenizer.save_pretrained(run_model)
+    port = _free_port()
+    proc = subprocess.Popen(
+        [CLI, "serve", "--model", str(base_dir), "--adapter", str(run_model), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}/v1"
+    settings = ModelEvalConfig.resolve(max_new_tokens=8, request_timeout_s=120)
+    try:
+        _wait(proc, port, timeout=180)
+        for agent in (f"openai:{url}", f"chat:{url}"):
+            result = evaluate("local-gaia:python=false,max_turns=2", agent, limit=2, concurrency=2, settings=settings)
+            assert [r["error"] for r in result.records] == [None, None], agent
+        with pytest.raises(ConfigError, match=f"serves 'model', an adapter of '{base_dir}'.*write #model"):
+            evaluate("local-gaia:python=false", f"openai:{url}#{base_dir}", limit=1, settings=settings)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
