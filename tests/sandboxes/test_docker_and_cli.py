@@ -41,14 +41,18 @@ def test_container_is_hardened_as_the_engine_reports():
         info = docker_client().api.inspect_container(container_id)
     host = info["HostConfig"]
     assert host["ReadonlyRootfs"] is True
-    assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
+    # the agent (root in the box) keeps only what it needs to run code as uid 1000 and kill it
+    assert host["CapDrop"] == ["ALL"] and sorted(host["CapAdd"]) == ["CAP_KILL", "CAP_SETGID", "CAP_SETUID"]
+    assert host["LogConfig"]["Type"] == "none" and info["LogPath"] == ""  # nothing on the host's disk
+    assert host["Sysctls"] == {"net.ipv4.tcp_max_tw_buckets": "0"}
     assert "no-new-privileges" in host["SecurityOpt"]
     assert host["NetworkMode"] == "none" and info["Config"]["NetworkDisabled"] is True
     assert host["Memory"] == TEST_LIMITS["memory_mb"] << 20 and host["MemorySwap"] == host["Memory"]
     assert host["PidsLimit"] == TEST_LIMITS["pids"] and host["NanoCpus"] == 10**9
     assert host["Privileged"] is False and not host.get("Binds")
-    assert set(host["Tmpfs"]) == {"/work", "/tmp"} and "size=32m" in host["Tmpfs"]["/work"]
-    assert info["Config"]["User"] == "1000:1000"
+    assert set(host["Tmpfs"]) == {"/work", "/tmp", "/dev/shm"} and "size=32m" in host["Tmpfs"]["/work"]
+    assert "nr_inodes=4096" in host["Tmpfs"]["/dev/shm"]
+    assert info["Config"]["User"] == "0:0"  # the agent; every exec runs as 1000 (test_containment)
     # closed means removed (other tests' pooled boxes of this process may still be alive)
     assert container_id not in [c["Id"] for c in owned_containers(os.getpid())]
 
