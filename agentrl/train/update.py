@@ -164,6 +164,8 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
         bias_options = {k: v for k, v in options.items() if k in clip_bias.option_defaults()}
     trainable = fields["loss_mask"].bool().any(dim=1)  # [B]
     seq = fields.get("seq_id")  # [B] rollout of each row, with agg_unit=rollout
+    # tree rollouts: a tree's rows go through one micro-batch, which forwards their shared prefix once
+    together = seq if seq is not None else tree_of_rows(step)
     skip = config.train.skip_zero_advantage
     inert = zero_advantage_rows(adv, fields["loss_mask"], seq) if skip else torch.zeros_like(trainable)
     rows_seen = rows_skipped = 0
@@ -181,9 +183,9 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
     for _epoch in range(train.ppo_epochs):
         order = torch.randperm(tokens.input_ids.shape[0], generator=rng)
         order = order[trainable[order]]
-        if seq is not None:  # a rollout's rows stay in one micro-batch: its normaliser is whole
-            order = group_order(order, seq)
-        for minibatch in row_chunks(order, train.minibatch_size, seq):
+        if together is not None:  # a rollout's rows stay in one micro-batch: its normaliser is whole
+            order = group_order(order, together)
+        for minibatch in row_chunks(order, train.minibatch_size, together):
             mb_mask = fields["loss_mask"][minibatch]
             mb_seq = seq[minibatch] if seq is not None else None
             total_units = engine.all_reduce_sum(norm_units(agg, mb_mask, mb_seq))
@@ -191,7 +193,7 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
             live = minibatch[~inert[minibatch]]  # rows to forward (all, without the skip)
             rows_seen += len(minibatch)
             rows_skipped += len(minibatch) - len(live)
-            micros = row_chunks(live, train.micro_batch_size, seq)
+            micros = row_chunks(live, train.micro_batch_size, together)
 
             def weight_of(micro: _Micro, total_units: Tensor = total_units) -> float:
                 return float(
@@ -249,6 +251,18 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
     if "grad_norm" in out:
         out["grad_norm_max"] = peak  # the largest optimizer step of this update (spikes hide in the mean)
     return out
+
+
+def tree_of_rows(step: StepData) -> Tensor | None:
+    """``[B]`` the tree of each row under tree rollouts (``rollout.branches``), else None. A tree's
+    rows share every token up to its branch point, so a micro-batch of one tree runs that prefix once
+    (:meth:`agentrl.train.learner.Policy.hidden_states`): the learner's cost of a tree is about one
+    row plus the branches' own tokens."""
+    if not step.config.rollout.branches:
+        return None
+    trees: dict[str, int] = {}
+    per_episode = torch.tensor([trees.setdefault(ep.group_id, len(trees)) for ep in step.episodes])
+    return per_episode[step.tokens.row_episode]
 
 
 def zero_advantage_rows(adv: Tensor, loss_mask: Tensor, seq_id: Tensor | None = None) -> Tensor:
