@@ -325,6 +325,9 @@ def train(config: RunConfig) -> dict[str, Any]:
         generator = make_generator("hf", model=policy.model, tokenizer=tokenizer, seed=train_cfg.seed,
                                    max_batch_size=max(32, config.rollout.concurrency),
                                    prefix_cache_tokens=config.rollout.prefix_cache_tokens)  # fmt: skip
+    elif config.rollout.backend == "vllm":  # its own engine; sync_generator brings it the learner's weights
+        generator = make_generator("vllm", model_name=config.model.name, dtype=config.model.dtype, seed=train_cfg.seed,
+                                   max_model_len=config.rollout.max_context_tokens + config.rollout.max_new_tokens)  # fmt: skip
     else:
         generator = make_generator(
             config.rollout.backend, model_name=config.model.name, dtype=config.model.dtype,
@@ -445,9 +448,8 @@ def train(config: RunConfig) -> dict[str, Any]:
             with progress.phase(f"{tag} scoring", per_step=False, key="scoring"):
                 adv, returns, batch = compute_advantages(data)  # the behaviour pass runs here (lazy)
                 metrics |= plan.estimator.diagnostics(batch, plan.advantage_options)  # e.g. IGPO's gains
-                if old.computed or not shares_model(engine, generator):  # a separate sampler: always measured
-                    metrics |= mismatch_metrics(old["logp"], tokens.old_logprobs, tokens.loss_mask,
-                                                cap=plan.loss_options.get("mismatch_cap", 2.0))  # fmt: skip
+                if not shares_model(engine, generator):
+                    old["logp"]  # a separate sampler is always measured: the behaviour pass runs before the update
             scoring_s = time.perf_counter() - t0
             metrics |= peaks.end("scoring")
             t0 = time.perf_counter()
@@ -457,6 +459,9 @@ def train(config: RunConfig) -> dict[str, Any]:
                 phase.update(**({"loss": update["loss"]} if "loss" in update else {"skipped_rows": update["skipped_rows"]}))
             learner_s = time.perf_counter() - t0
             metrics |= peaks.end("learner")
+            if old.computed:  # the sampler's log-probs against the learner's pre-update pass (cached before any step)
+                metrics |= mismatch_metrics(old["logp"], tokens.old_logprobs, tokens.loss_mask,
+                                            cap=plan.loss_options.get("mismatch_cap", 2.0))  # fmt: skip
             trained_tokens = update.pop("forwarded_loss_tokens")  # tokens with a loss, all epochs
             seq_tokens = update.pop("forwarded_tokens")  # tokens forwarded (train.skip_zero_advantage skips some)
             metrics |= {f"loss/{k}": v for k, v in update.items()}
