@@ -11,7 +11,8 @@ Targets (issue 3): warm p50 within 3x of subprocess and at least 10x faster than
         [--only lease|churn] [--concurrency 1,32] [--episodes 8] [--episode-s 0.5]
         [--seconds 10] [--package DIR]
 
-``--only churn`` is the issue-42 measurement: N threads loop lease, ``print(1)``, release for
+``--only channels`` measures covert channels between two leases of one box (issue 42): lease 1 sets
+a counter to a random value, lease 2 reads it. ``--only churn`` is the issue-42 measurement: N threads loop lease, ``print(1)``, release for
 ``--seconds``; it prints the cycle's p50/p99 and leases/s. ``--package DIR`` measures another copy
 of the ``sandboxes`` package (e.g. ``git archive HEAD sandboxes | tar -x -C /tmp/before``) in place
 of this checkout's, for before/after tables run back to back.
@@ -239,11 +240,141 @@ def lease_churn(backend: str, concurrency: int, seconds: float) -> list[Row]:
     ]
 
 
+# Covert channels between leases (issue 42): lease 1 sets a counter to a value mod M, lease 2 of the
+# same size-1 pool reads it. Each sender prints how many operations it needed.
+CHANNEL_SEND = {
+    "pid counter": """
+import os, sys
+M, v = int(sys.argv[1]), int(sys.argv[2])
+n = 0
+while True:
+    p = os.fork()
+    if p == 0:
+        os._exit(0)
+    os.waitpid(p, 0)
+    n += 1
+    if (p + 1) % M == v:
+        break
+print(n)
+""",
+    "/work inode counter": """
+import os, sys
+M, v = int(sys.argv[1]), int(sys.argv[2])
+n = 0
+while True:
+    fd = os.open("/work/c", os.O_CREAT | os.O_WRONLY)
+    ino = os.fstat(fd).st_ino
+    os.close(fd)
+    os.unlink("/work/c")
+    n += 1
+    if (ino + 1) % M == v:
+        break
+print(n)
+""",
+    "SysV id sequence": """
+import ctypes, sys
+libc = ctypes.CDLL(None)
+M, v = int(sys.argv[1]), int(sys.argv[2])
+n = 0
+while True:
+    i = libc.shmget(0, 4096, 0o1600)
+    libc.shmctl(i, 0, None)
+    n += 1
+    if ((i >> 15) * 64 + (i & 0x7FFF) + 1) % M == v:  # the index cycles over 64, then the sequence
+        break
+print(n)
+""",
+    "loopback byte counter": """
+import socket, sys
+M, v = int(sys.argv[1]), int(sys.argv[2])
+def rx():
+    for line in open("/proc/net/dev"):
+        if line.strip().startswith("lo:"):
+            return int(line.split(":")[1].split()[0])
+sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sink.bind(("127.0.0.1", 0))  # a listener, so no ICMP error adds its own bytes
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+n = 0
+while True:
+    need = (v - rx()) % M
+    if need == 0:
+        break
+    s.sendto(b"x" * max(1, min(need - 28, 60000)), sink.getsockname())  # + 28 header bytes
+    n += 1
+print(n)
+""",
+}
+CHANNEL_RECV = {
+    "pid counter": "import os; print(os.getpid())",
+    "/work inode counter": "import os; fd = os.open('/work/r', os.O_CREAT); print(os.fstat(fd).st_ino)",
+    "SysV id sequence": "import ctypes; i = ctypes.CDLL(None).shmget(0, 4096, 0o1600); print((i >> 15) * 64 + (i & 0x7FFF))",
+    "loopback byte counter": "print([int(l.split(':')[1].split()[0]) for l in open('/proc/net/dev') if l.strip().startswith('lo:')][0])",
+}
+CHANNEL_RANGE = {
+    "pid counter": 256,
+    "/work inode counter": 1024,
+    "SysV id sequence": 1024,
+    "loopback byte counter": 1 << 20,
+}
+
+
+def _channel_trial(pool, name: str, value: int) -> tuple[int, float, int]:
+    """Lease 1 sends ``value``; lease 2 reads. Returns (read mod range, sender seconds, sender ops)."""
+    modulus = CHANNEL_RANGE[name]
+    with pool.lease(timeout=60) as box:
+        started = time.perf_counter()
+        sent = box.exec(["python3", "-c", CHANNEL_SEND[name], str(modulus), str(value)], timeout=120)
+        spent = time.perf_counter() - started
+        assert sent.ok, sent
+    pool.wait_ready()
+    with pool.lease(timeout=60) as box:
+        got = box.exec(["python3", "-c", CHANNEL_RECV[name]], timeout=30)
+        assert got.ok, got
+    return int(got.stdout) % modulus, spent, int(sent.stdout)
+
+
+def covert_channels(backend: str, trials: int) -> list[Row]:
+    """Bits one lease passes to the next through counters a scrub cannot reset (see issue 42)."""
+    import math
+    import random
+
+    rows = []
+    rng = random.Random(0)
+    with SandboxPool(backend, size=1) as pool:
+        for name in CHANNEL_SEND:
+            modulus = CHANNEL_RANGE[name]
+
+            offset = (_channel_trial(pool, name, 0)[0]) % modulus  # what the receiver reads when 0 was sent
+            hits, spent_all, ops_all = 0, 0.0, 0
+            for _ in range(trials):
+                value = rng.randrange(modulus)
+                read, spent, ops = _channel_trial(pool, name, value)
+                hits += (read - offset) % modulus == value
+                spent_all, ops_all = spent_all + spent, ops_all + ops
+            rate = ops_all / spent_all if spent_all else 0.0
+            note = (
+                f"{hits}/{trials} random values of {math.log2(modulus):.0f} bits read back; sender "
+                f"{rate:,.0f} ops/s, so ~{math.log2(max(rate * 10, 2)):.0f} bits in a 10 s episode"
+            )
+            rows.append(
+                Row(
+                    f"{backend}: {name}, bits per lease read back",
+                    math.log2(modulus) * hits / trials,
+                    "bits",
+                    note=note,
+                )
+            )
+    return rows
+
+
 def main() -> None:
     args_parser = parser(__doc__.splitlines()[0])
     args_parser.add_argument("--backends", default="docker,bwrap", help="comma-separated backends to measure")
     args_parser.add_argument(
-        "--only", choices=["all", "lease", "churn"], default="all", help="lease/churn: only those pool rows"
+        "--only",
+        choices=["all", "lease", "churn", "channels"],
+        default="all",
+        help="lease/churn: only those pool rows",
     )
     args_parser.add_argument("--seconds", type=float, default=10.0, help="churn: seconds per level")
     args_parser.add_argument("--package", default=None, help="measure the sandboxes package in DIR")
@@ -262,6 +393,15 @@ def main() -> None:
     args = args_parser.parse_args()
     levels = [int(n) for n in (args.concurrency or ("1,4" if args.quick else "1,32")).split(",")]
     episodes = args.episodes or (2 if args.quick else 8)
+    if args.only == "channels":
+        rows = [
+            row
+            for backend in args.backends.split(",")
+            for row in covert_channels(backend.strip(), 2 if args.quick else 5)
+        ]
+        print_table(rows, f"covert channels between leases ({os.getloadavg()[0]:.1f} load)")
+        write_json(args.json_path, "sandbox", rows, args.quick)
+        return
     if args.only == "churn":
         rows = []
         for backend in args.backends.split(","):
