@@ -279,3 +279,21 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     hint = "\n(a new page under docs/ needs its line in mkdocs.yml's nav; a changed link must resolve)"
     assert proc.returncode == 0, proc.stderr[-5000:] + hint
     assert (tmp_path / "site" / "reference" / "config" / "index.html").exists()
+
+
+def test_the_getting_started_page_describes_the_quickstart_config_as_it_is() -> None:
+    """Its numbers are configs/quickstart.yaml's: a change to the config must change the page too."""
+    import yaml
+
+    config = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())
+    train, rollout = config["train"], config["rollout"]
+    text = " ".join((DOCS / "getting-started.md").read_text().split())
+    expected = [
+        f"({train['sft_warmup_steps']} steps on {train['sft_demos']} demos, the top {train['trainable_layers']} of",
+        f"({train['steps']} steps × {rollout['tasks_per_step']} tasks × groups of {rollout['group_size']} "
+        f"at temperature {rollout['temperature']}",
+        f"the first {train['eval_episodes']} test tasks",
+        f"`agentrl/{config['env']['id'].split('/')[1]}`",
+    ]
+    for phrase in expected:
+        assert phrase in text, f"docs/getting-started.md should say {phrase!r} (configs/quickstart.yaml)"
