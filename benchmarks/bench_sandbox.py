@@ -241,7 +241,7 @@ def lease_churn(backend: str, concurrency: int, seconds: float) -> list[Row]:
 
 
 # Covert channels between leases (issue 42): lease 1 sets a counter to a value mod M, lease 2 of the
-# same size-1 pool reads it. Each sender prints how many operations it needed.
+# same size-1 pool reads it. Each sender prints how many operations it needed (the loopback one: bytes).
 CHANNEL_SEND = {
     "pid counter": """
 import os, sys
@@ -299,8 +299,7 @@ while True:
     need = (v - rx()) % M
     if need == 0:
         break
-    s.sendto(b"x" * max(1, min(need - 28, 60000)), sink.getsockname())  # + 28 header bytes
-    n += 1
+    n += s.sendto(b"x" * max(1, min(need - 28, 60000)), sink.getsockname()) + 28  # bytes counted
 print(n)
 """,
 }

@@ -48,7 +48,7 @@ def make_sandbox(backend: str = "auto", *, image: str | None = None, **limits: A
         backend: ``"docker"``, ``"bwrap"`` or ``"auto"`` (Docker when an engine answers).
         image: Docker image tag (default: the recipe-built ``agentrl-sandbox:<hash>``).
         **limits: :class:`Limits` fields: ``memory_mb=512, pids=64, cpus=1.0, work_tmpfs_mb=64,
-            output_limit=65536, network=None, ro_mounts={host: container}``.
+            output_limit=65536, network=None, ro_mounts={host: container}, reset_budget_s=2.0``.
 
     Raises:
         ConfigError: unknown backend or limit.

@@ -1,6 +1,7 @@
 """bubblewrap backend: the same agent in user/pid/net/ipc/uts namespaces, for hosts without Docker.
 
-The host's ``/usr`` is bound read-only (so the sandbox runs the host's ``python3``), the work dir
+The host's ``/usr`` is the box's read-only ``/usr`` (so the sandbox runs the host's ``python3``;
+as root through a private overlay per box, so inotify in one box sees nothing others open), the work dir
 and ``/tmp`` are size-capped tmpfs, there is no network (a fresh, empty net namespace), a private
 IPC namespace with its own ``/dev/mqueue``, no host env vars and no other host path. As root, each
 box gets its own memory+pids cgroup (``cgroups.py``: v1 or v2), whose memory counter also charges

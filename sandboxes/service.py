@@ -310,6 +310,7 @@ class ServiceContainer:
             ipc_mode="private",
             sysctls={"net.ipv6.conf.all.disable_ipv6": "1"},  # no link-local path to the host
             auto_remove=True,
+            log_config={"Type": "none", "Config": {}},  # its output (attach) never lands on the host's disk
         )
         try:
             config = client.api.create_container_config(
