@@ -173,15 +173,45 @@ def _keyrings(backend: str) -> Check:
                  f"key {added} added in one box; the next box {'finds' if found > 0 else 'does not find'} it")  # fmt: skip
 
 
+AGENT_PROBE = """
+import resource
+try:
+    resource.prlimit(1, resource.RLIMIT_NOFILE, (16, resource.prlimit(1, resource.RLIMIT_NOFILE)[1]))
+    print("changed")
+except PermissionError:
+    print("refused")
+"""
+
+
+def _agent(backend: str) -> Check:
+    """Can code change the agent's limits (which every later exec inherits)? Refused, or put back."""
+    from agentrl.sandboxes import make_sandbox
+
+    limit = "agent out of the code's reach"
+    with make_sandbox(backend, **LIMITS) as box:
+        outcome = box.exec(AGENT_PROBE, timeout=30).stdout.strip()
+        box.reset()  # must put the soft limit back (or fail: then the pool replaces the box)
+        after = box.exec("import resource; print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])").stdout
+    if outcome == "refused":
+        return Check(backend, limit, True, "prlimit on PID 1 refused (another uid)")
+    return Check(backend, limit, None,
+                 f"same uid: prlimit on PID 1 {outcome}; the reset put it back (next exec's soft NOFILE: {after.strip()})")  # fmt: skip
+
+
 def diagnose(backend: str) -> list[Check]:
     """All checks for one backend (each starts its own small boxes)."""
     checks = [_memory(backend, "memfd", MEMFD), _memory(backend, "SysV shm", SHM), _inodes(backend)]
-    checks += [_cpu(backend), _ipc(backend), _keyrings(backend)]
+    checks += [_cpu(backend), _ipc(backend), _keyrings(backend), _agent(backend)]
     if backend == "bwrap":
+        from agentrl.sandboxes.bwrap_backend import private_usr_supported
         from agentrl.sandboxes.cgroups import cgroup_support
 
         version, how = cgroup_support()
         checks.insert(0, Check(backend, "per-box memory+pids cgroup", version is not None, how))
+        private = private_usr_supported()
+        checks.insert(1, Check(backend, "private /usr view per box", private,
+                               "a read-only overlay of the host's /usr per box" if private else
+                               "host /usr bound: needs root, unshare and overlayfs; inotify sees other boxes' opens"))  # fmt: skip
     return checks
 
 
