@@ -53,6 +53,10 @@ else
     log "dockerd is up"
 fi
 
+# bwrap boxes get a private overlay of /usr (issue 42); without the module they fall back to a
+# shared bind, which `agentrl sandbox doctor` reports as "private /usr view per box  NO".
+grep -qw overlay /proc/filesystems || $SUDO modprobe overlay 2>/dev/null || log "no overlayfs here: bwrap boxes share the host's /usr view"
+
 log "building the sandbox image (cached by recipe hash)"
 $SUDO "$PYTHON" -m agentrl.sandboxes build
 log "done in $(( $(date +%s) - started )) s"
