@@ -262,6 +262,10 @@ def serve(
         None, help="max_tokens when a request gives none (hf engine; 256)."
     ),
     vllm_arg: list[str] = typer.Option([], "--vllm-arg", help="Extra argument for vLLM's server (repeat)."),
+    batching: str = typer.Option(
+        "continuous", help="hf engine: continuous (requests join the running batch) | static."
+    ),
+    threads: int | None = typer.Option(None, help="hf engine: torch CPU threads (default: the CPUs usable)."),
 ) -> None:
     """Serve a model behind an OpenAI-compatible HTTP API (chat, completions, streaming, tools)."""
     from agentrl.rollout.server import serve as run_server
@@ -276,6 +280,8 @@ def serve(
         served_model_name=served_model_name,
         max_tokens=max_tokens,
         vllm_args=list(vllm_arg),
+        batching=batching,
+        threads=threads,
     )
 
 

@@ -9,9 +9,10 @@ with ``stream_options.include_usage``), ``n``, stop strings and stop token ids, 
 Completions also follow vLLM's token-id conventions so that an RL client never re-tokenizes:
 ``prompt`` may be a list of token ids; ``return_tokens_as_token_ids`` spells tokens as
 ``"token_id:123"``; ``return_token_ids`` adds ``choices[i].token_ids``; ``stop_token_ids`` and
-``top_k`` are accepted; the extra ``return_entropy`` adds ``choices[i].entropy``. Concurrent
-requests (and the ``n`` samples of one) are batched into one generate call; tokens reach a stream
-as they are sampled. GPU serving is vLLM's own server: :mod:`agentrl.rollout.vllm_server`.
+``top_k`` are accepted; the extra ``return_entropy`` adds ``choices[i].entropy``. Requests (and
+the ``n`` samples of one) are batched continuously: a request that arrives while others decode
+joins their batch at the next step (:mod:`agentrl.rollout.continuous`); tokens reach a stream as
+they are sampled. A request longer than the model's positions is refused alone (400). GPU serving is vLLM's own server: :mod:`agentrl.rollout.vllm_server`.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class _Job:
             for i in range(len(self.streams))
         ]
 
-    async def _run(self, batcher: Batcher, index: int, prompt: list[int]) -> GenerationOutput:
+    async def _run(self, batcher: Any, index: int, prompt: list[int]) -> GenerationOutput:
         stream = self.streams[index]
         sampling = self.params.sampling
         if sampling.seed is not None:  # choice i has its own stream: distinct, and the same in any batch
@@ -123,11 +124,29 @@ class _Job:
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
+def request_engine(generator: Generator, batching: str = "continuous") -> Any:
+    """What runs the server's requests: continuous batching over an in-process HF model
+    (:mod:`agentrl.rollout.continuous`: requests join the running batch between decode steps), else
+    (``batching="static"``, other generators) the :class:`Batcher` (one batched call at a time)."""
+    from agentrl.errors import ConfigError
+    from agentrl.rollout.generators.hf import HFGenerator
+
+    if batching not in ("continuous", "static"):
+        raise ConfigError("--batching", f"must be continuous or static, got {batching!r}")
+    if batching == "continuous" and isinstance(generator, HFGenerator):
+        from agentrl.rollout.continuous import ContinuousBatcher
+
+        return ContinuousBatcher(generator)
+    return Batcher(generator)
+
+
 class _Server:
-    def __init__(self, generator: Generator, tokenizer: Any, names: list[str], default_max_tokens: int):
+    def __init__(
+        self, generator: Generator, tokenizer: Any, names: list[str], default_max_tokens: int, batching: str
+    ):
         self.generator, self.tokenizer, self.names = generator, tokenizer, names
         self.default_max_tokens = default_max_tokens
-        self.batcher = Batcher(generator)
+        self.batcher = request_engine(generator, batching)
         self.stop_ids = set(getattr(generator, "stop_ids", ()))
 
     async def body(self, request: Any, kind: str) -> tuple[dict[str, Any], RequestParams, str]:
@@ -326,8 +345,11 @@ def build_app(
     *,
     default_max_tokens: int = 256,
     model_info: dict[str, Any] | None = None,
+    batching: str = "continuous",
 ) -> Any:
     """The Starlette app (separate from :func:`serve` so tests run it on a free port).
+
+    ``batching``: ``continuous`` (default; in-process HF models) or ``static`` (see :func:`request_engine`).
 
     ``model_name``: the name(s) clients may ask for; the first is the one ``/v1/models`` lists first.
     ``model_info``: extra fields of each ``/v1/models`` entry (vLLM's ``root``: the weights,
@@ -339,7 +361,7 @@ def build_app(
     from starlette.routing import Route
 
     names = [model_name] if isinstance(model_name, str) else list(model_name)
-    server = _Server(generator, tokenizer, names, default_max_tokens)
+    server = _Server(generator, tokenizer, names, default_max_tokens, batching)
 
     async def completions(request: Request) -> Any:
         return await server.respond(request, "completions")
@@ -424,12 +446,16 @@ def serve(
     served_model_name: str | None = None,
     max_tokens: int | None = None,
     vllm_args: list[str] | None = None,
+    batching: str = "continuous",
+    threads: int | None = None,
 ) -> None:
     """Serve ``model`` (+ ``adapter``) over HTTP until interrupted (``agentrl serve``).
 
     ``engine="hf"``: this server over the HF generator (CPU, or one GPU without vLLM);
     ``engine="vllm"``: vLLM's own server (:mod:`agentrl.rollout.vllm_server`). The model is listed
-    as ``served_model_name``, else the adapter's folder name, else ``model``.
+    as ``served_model_name``, else the adapter's folder name, else ``model``. ``batching``:
+    continuous (default) or static (hf engine); ``threads``: torch's CPU threads (default: the CPUs
+    this process may use), printed at start.
     """
     from agentrl.errors import ConfigError
     from agentrl.rollout.vllm_server import adapter_name, run_vllm_server, vllm_command
@@ -454,7 +480,15 @@ def serve(
         raise ConfigError("--engine", f"must be hf or vllm, got {engine!r}")
     if vllm_args:
         raise ConfigError("--vllm-arg", "only applies with --engine vllm", "drop it or add --engine vllm")
+    import os
+
+    import torch
     import uvicorn
+
+    threads = threads or len(os.sched_getaffinity(0))
+    if threads < 1:
+        raise ConfigError("--threads", f"must be >= 1, got {threads}")
+    torch.set_num_threads(threads)
 
     from agentrl.rollout.generators.hf import HFGenerator
     from agentrl.rollout.model import load_model
@@ -467,11 +501,13 @@ def serve(
     # and load the tokenizer from `root` (the adapter's folder) or `parent` (its base model)
     info = {"root": str(Path(adapter).resolve()) if adapter else model, "parent": model if adapter else None}
     app = build_app(
-        HFGenerator(lm, tokenizer), tokenizer, name, default_max_tokens=max_tokens, model_info=info
-    )
+        HFGenerator(lm, tokenizer), tokenizer, name, default_max_tokens=max_tokens, model_info=info,
+        batching=batching,
+    )  # fmt: skip
     print(
         f"agentrl serve: engine=hf model={model} adapter={adapter} dtype={dtype} served as {name!r} "
-        f"(default max_tokens={max_tokens}) on http://{host}:{port}/v1",
+        f"(default max_tokens={max_tokens}, {batching} batching, {threads} torch thread(s)) on "
+        f"http://{host}:{port}/v1",
         flush=True,
     )
     uvicorn.Server(uvicorn.Config(app, log_level="info", lifespan="on")).run(

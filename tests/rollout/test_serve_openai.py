@@ -58,7 +58,7 @@ def test_completions_stream_and_raw_sse_framing(client, server):
     assert chunks[-1].choices[0].finish_reason == "length"
     with httpx.stream(
         "POST", server.url + "/completions",
-        json={"model": "tiny", "prompt": prompt, "max_tokens": 3, "temperature": 0, "stream": True},
+        json={"model": "tiny", "prompt": prompt, "max_tokens": 3, "temperature": 0, "stream": True}, timeout=60,
     ) as response:  # fmt: skip
         assert response.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in response.iter_lines() if line]
@@ -184,7 +184,7 @@ def test_unknown_model_is_404_and_models_lists_the_served_name(client, server):
     assert info.value.status_code == 404
     assert info.value.body["code"] == "model_not_found" and "gpt-4o" in info.value.body["message"]
     assert [m.id for m in client.models.list()] == ["tiny"]
-    raw = httpx.post(server.url + "/completions", json={"model": "nope", "prompt": "x"})
+    raw = httpx.post(server.url + "/completions", json={"model": "nope", "prompt": "x"}, timeout=60)
     assert raw.status_code == 404 and set(raw.json()["error"]) == {"message", "type", "param", "code"}
 
 
@@ -251,7 +251,7 @@ def test_a_client_that_goes_away_ends_its_generation(server, tiny, tokenizer):
         "temperature": 0,
         "stream": True,
     }
-    with httpx.stream("POST", server.url + "/completions", json=body) as response:
+    with httpx.stream("POST", server.url + "/completions", json=body, timeout=60) as response:
         lines = response.iter_lines()
         while not next(lines).startswith("data: "):
             pass  # one chunk arrived: the generation is under way; then hang up
@@ -309,3 +309,39 @@ def test_the_batcher_fails_only_the_request_that_does_not_fit(tiny, tokenizer):
     too_long, *fine = asyncio.run(run())
     assert isinstance(too_long, ContextTooLong) and "8190 tokens + 4 new tokens" in str(too_long)
     assert all(not isinstance(out, BaseException) and 1 <= len(out.ids) <= 4 for out in fine)
+
+
+def test_a_request_joins_the_batch_that_is_decoding(server):
+    """Continuous batching: a short request sent while a long stream decodes joins its batch at the
+    next step and answers while the long one is still streaming (static batching made it wait for
+    the whole long generation)."""
+    import threading
+
+    batcher = server.server.config.app.state.batcher
+    joined_before = batcher.joined
+    # greedy, the tiny model repeats "," after this prompt: no early EOS
+    long_body = {"model": "tiny", "prompt": "1, 2, 3,", "max_tokens": 400, "temperature": 0, "stream": True}
+    short_done = threading.Event()
+    chunks_after_short: list[str] = []
+    with httpx.stream("POST", server.url + "/completions", json=long_body, timeout=120) as response:
+        lines = response.iter_lines()
+        while not next(lines).startswith("data: "):
+            pass  # the long generation is decoding
+
+        def short() -> None:
+            answer = httpx.post(
+                server.url + "/completions",
+                json={"model": "tiny", "prompt": "Hi", "max_tokens": 3, "temperature": 0},
+                timeout=120,
+            )
+            assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] <= 3
+            short_done.set()
+
+        thread = threading.Thread(target=short)
+        thread.start()
+        for line in lines:
+            if short_done.is_set() and line.startswith("data: {"):
+                chunks_after_short.append(line)
+        thread.join(timeout=120)
+    assert short_done.is_set() and chunks_after_short  # the long stream went on after the short answer
+    assert batcher.joined > joined_before
