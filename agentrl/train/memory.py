@@ -10,9 +10,32 @@ Elsewhere (no ``/proc``) nothing is logged. Child processes (sandboxes, Ray acto
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 from pathlib import Path
 
 STATUS, CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
+
+
+@functools.cache
+def _libc_malloc_trim():  # glibc's malloc_trim, or None (musl, macOS)
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def release_heap() -> bool:
+    """Give the heap's free memory back to the OS (glibc ``malloc_trim(0)``); False where there is no
+    glibc. Freed tensors stay in the allocator's arenas otherwise, and a phase's K/V or activations of
+    other sizes than the next phase's pile up: without it a tree-rollout run's resident memory grew by
+    ~2 GiB a step (5.3 -> 14.3 GiB over 5 steps, AMD EPYC, 2026-11-27)."""
+    trim = _libc_malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
 
 
 def peak_rss_gib() -> float | None:
@@ -42,6 +65,8 @@ class PhasePeaks:
         self.peaks: dict[str, float] = {}  # the run's maximum per phase
 
     def start(self) -> None:
+        """Start a phase: free heap back to the OS (:func:`release_heap`), then reset the peak."""
+        release_heap()
         if self.enabled:
             reset_peak()
 
@@ -50,6 +75,7 @@ class PhasePeaks:
         if not self.enabled:
             return {}
         value = peak_rss_gib()
+        release_heap()  # the next phase starts from what this one still holds, not from its peak
         reset_peak()
         if value is None:
             return {}
