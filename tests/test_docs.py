@@ -290,8 +290,8 @@ def test_the_getting_started_page_describes_the_quickstart_config_as_it_is() -> 
     text = " ".join((DOCS / "getting-started.md").read_text().split())
     expected = [
         f"({train['sft_warmup_steps']} steps on {train['sft_demos']} demos, the top {train['trainable_layers']} of",
-        f"({train['steps']} steps × {rollout['tasks_per_step']} tasks × groups of {rollout['group_size']} "
-        f"at temperature {rollout['temperature']}",
+        f"({train['steps']} steps × {rollout['tasks_per_step']} tasks × trees of "
+        f"{rollout['group_size'] * (1 + rollout['branches'])} at temperature {rollout['temperature']}",
         f"the first {train['eval_episodes']} test tasks",
         f"`agentrl/{config['env']['id'].split('/')[1]}`",
     ]

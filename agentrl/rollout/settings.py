@@ -97,6 +97,11 @@ class RolloutConfig:
     max_turns: int | None = None
     """Cap on generated turns per episode (branch, return and summary turns count); unset = from the env's own turn budget (env.max_turns) and the context strategy."""
 
+    @property
+    def episodes_per_task(self) -> int:
+        """Training episodes per task: ``group_size`` chains, or trees of 1 + ``branches`` episodes."""
+        return self.group_size * (1 + self.branches)
+
     def validate(self, prefix: str = "rollout") -> None:
         """Raise ConfigError naming the field (``prefix.name``) and the fix for any bad value: the one
         check of these settings, whether they come from YAML or are built in code."""

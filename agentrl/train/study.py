@@ -49,7 +49,7 @@ from agentrl.errors import AgentRLError, ConfigError
 STUDY_SET = {
     "train.seed": "set the study's seeds",
     "train.out_dir": "set the study's out_dir",
-    "train.steps": "set the study's episodes (steps = episodes / (tasks_per_step x group_size))",
+    "train.steps": "set the study's episodes (steps = episodes / (tasks_per_step x group_size x (1 + branches)))",
     "train.eval_episodes": "set the study's eval_tasks",
     "train.eval_before_from": "every arm takes the warm-up's held-out eval as its eval before RL",
     "train.resume": "the study always resumes",
@@ -254,12 +254,13 @@ def plan(study: StudyConfig) -> list[Run]:
         runs.append(warm)
         for method in study.methods:
             probe = _run_config(study, study.arm(seed, method, 1), f"study.methods.{method.name}")
-            per_step = probe.rollout.tasks_per_step * probe.rollout.group_size
+            per_task = probe.rollout.episodes_per_task
+            per_step = probe.rollout.tasks_per_step * per_task
             if study.episodes % per_step:
                 raise ConfigError(
                     "study.episodes",
                     f"{study.episodes} is not a whole number of steps of method {method.name!r} "
-                    f"({probe.rollout.tasks_per_step} tasks x {probe.rollout.group_size} samples = {per_step} per step)",
+                    f"({probe.rollout.tasks_per_step} tasks x {per_task} episodes = {per_step} per step)",
                     f"use a multiple of {per_step}",
                 )
             runs.append(study.arm(seed, method, study.episodes // per_step))

@@ -90,11 +90,6 @@ def filter_episodes(episodes: list[Episode], config: RunConfig) -> tuple[list[Ep
     return kept, stats
 
 
-def episodes_per_task(config: RunConfig) -> int:
-    """Training episodes per task: ``group_size`` chains, or trees of 1 + ``branches`` episodes."""
-    return config.rollout.group_size * (1 + config.rollout.branches)
-
-
 def informative_groups(kept: list[Episode], generated_tokens: int) -> dict[str, float]:
     """The groups a step trains on (after the filters) and how many per 1,000 generated tokens: the
     sampling efficiency tree and chain rollouts are compared by."""
@@ -120,7 +115,7 @@ def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str,
     while rounds < config.algo.refill_rounds and _any_rank(engine, len(groups(kept)) < want):
         rounds += 1
         picked = sampler.next(want * world_size)[rank::world_size]
-        with progress.phase(f"{tag} refill {rounds}/{config.algo.refill_rounds}", len(picked) * episodes_per_task(config),
+        with progress.phase(f"{tag} refill {rounds}/{config.algo.refill_rounds}", len(picked) * config.rollout.episodes_per_task,
                             unit="episode", per_step=False, key="rollout") as phase:  # fmt: skip
             more, more_run = rollouts.run(
                 [rollouts.train_tasks[i] for i in picked], seed=derive_seed(seed, "rollout", step, "refill", rounds),
@@ -411,7 +406,7 @@ def train(config: RunConfig) -> dict[str, Any]:
         t0 = time.perf_counter()
         peaks.start()
         tag = f"step {step + 1}/{train_cfg.steps}"
-        with progress.phase(f"{tag} rollout", len(picked) * episodes_per_task(config), unit="episode",
+        with progress.phase(f"{tag} rollout", len(picked) * config.rollout.episodes_per_task, unit="episode",
                             per_step=False, key="rollout") as phase:  # fmt: skip
             episodes, rollout_stats = rollouts.run(
                 [rollouts.train_tasks[i] for i in picked], seed=derive_seed(train_cfg.seed, "rollout", step),

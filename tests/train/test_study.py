@@ -23,7 +23,8 @@ QUICKSTART = REPO / "configs" / "quickstart.yaml"
 SMALL = {
     "train.sft_warmup_steps": 1, "train.sft_demos": 2, "train.sft_batch_size": 1, "train.micro_batch_size": 1,
     "train.minibatch_size": 2, "train.trainable_layers": 2, "train.num_threads": 1, "rollout.tasks_per_step": 1,
-    "rollout.group_size": 2, "rollout.concurrency": 2, "rollout.max_new_tokens": 16, "algo.dynamic_sampling": False,
+    "rollout.group_size": 2, "rollout.branches": 0, "rollout.concurrency": 2, "rollout.max_new_tokens": 16,
+    "algo.dynamic_sampling": False,
 }  # fmt: skip
 
 

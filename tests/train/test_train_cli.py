@@ -14,12 +14,14 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
-# the quickstart made CI-sized: 1 warm-up step on 2 demos, 1 RL step of 2 episodes, 1 eval task, the
-# top 2 blocks trained
+# the quickstart made CI-sized: 1 warm-up step on 2 demos, 1 RL step of one tree of 2 episodes (a root
+# and one branch forked before its last turn, as the quickstart's trees of 16), 1 eval task, the top 2
+# blocks trained
 SHORT = [
     "train.steps=1", "train.sft_warmup_steps=1", "train.sft_demos=2", "train.sft_batch_size=1",
     "train.micro_batch_size=1", "train.minibatch_size=2", "train.eval_episodes=1", "train.resume=false",
-    "train.trainable_layers=2", "rollout.tasks_per_step=1", "rollout.group_size=2", "rollout.concurrency=2",
+    "train.trainable_layers=2", "rollout.tasks_per_step=1", "rollout.group_size=1", "rollout.branches=1",
+    "rollout.concurrency=2",
     "rollout.max_new_tokens=16", "algo.dynamic_sampling=false",
 ]  # fmt: skip
 

@@ -81,7 +81,8 @@ def test_quickstart_smollm2_trains_end_to_end(tmp_path):
     out = tmp_path / "run"
     overrides = [
         "train.steps=2", "train.sft_warmup_steps=1", "train.sft_demos=4", "train.sft_batch_size=2",
-        "train.eval_episodes=2", "rollout.tasks_per_step=1", "rollout.group_size=2", "rollout.max_new_tokens=40",
+        "train.eval_episodes=2", "rollout.tasks_per_step=1", "rollout.group_size=2", "rollout.branches=1",
+        "rollout.max_new_tokens=40",
         "env.max_turns=4", "train.minibatch_size=2", "train.micro_batch_size=2", "train.trainable_layers=2",
         "algo.dynamic_sampling=false",  # an all-zero group must still go through the learner here
         f"train.out_dir={out}",
