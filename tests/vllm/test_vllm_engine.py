@@ -16,9 +16,9 @@ from agentrl.rollout.generators.base import SamplingParams
 
 pytestmark = pytest.mark.vllm
 
-#: vLLM's CPU kernels against HF's eager float32 on the same ids: measured max |delta logp| 0.0xx (see
-#: docs/vllm.md); an update that did not arrive moves log-probs by > 0.1 here
-CLOSE_MAX, CLOSE_MEAN = 0.05, 0.01
+#: vLLM's CPU kernels against HF's eager float32 on the same ids: measured max |delta logp| 3.9e-5 in
+#: generation and 2.3e-5 in scoring (mean 5.5e-6, 1.2e-5); one Adam step at lr 3e-4 moved them by up to 0.088
+CLOSE_MAX, CLOSE_MEAN = 1e-3, 1e-4
 PROMPTS = [
     "List three fruits.",
     "What is the capital of France? Answer in one word.",
@@ -112,10 +112,10 @@ def test_sleep_mode_is_refused_where_vllm_has_none():
 
 
 def _learner_step(model, tokenizer) -> None:
-    """One real optimizer step (Adam, lr 3e-4) on a supervised loss: every weight moves."""
+    """One real optimizer step (Adam, lr 1e-3) on a supervised loss: every weight moves."""
     ids = torch.tensor([tokenizer.encode("The answer is forty-two, said the computer.")])
     model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss = model(ids, labels=ids).loss
     loss.backward()
     optimizer.step()
@@ -134,7 +134,7 @@ def test_a_learner_step_reaches_the_sampler_and_the_prefix_cache_is_dropped(engi
     print(
         f"before the update: vLLM vs old learner max {old_delta.max():.2e}; vs new learner max {moved.max():.2e}"
     )
-    assert old_delta.max() < CLOSE_MAX and moved.max() > 0.1  # the step moved these log-probs
+    assert old_delta.max() < CLOSE_MAX and moved.max() > 50 * CLOSE_MAX  # the step moved these log-probs
 
     # the weights alone (as a careless update would do): the cached prefix still holds old K/V
     tensors = [(n, p.detach()) for n, p in learner.named_parameters()]
@@ -146,5 +146,5 @@ def test_a_learner_step_reaches_the_sampler_and_the_prefix_cache_is_dropped(engi
     fresh = _delta(learner, [prefix], fresh_out, 1.0)
     print(f"after the update: cached prefix max {stale.max():.2e}; after the reset max {fresh.max():.2e}")
     assert fresh.max() < CLOSE_MAX and fresh.mean() < CLOSE_MEAN
-    assert stale.max() > fresh.max() + 0.05, "the prefix cache did not matter: is prefix caching off?"
-    assert engine.weight_version == 1
+    assert stale.max() > 10 * CLOSE_MAX, "the prefix cache did not matter: is prefix caching off?"
+    assert engine.weight_version == 1 and engine.weight_route == ["reload_weights"]

