@@ -39,10 +39,14 @@ Losses (``agentrl.algos.losses``; each returns ``(scalar loss, metrics: dict[str
 ===========================================================================================
 - ``ppo_clip(logp, old_logp, adv, mask, *, clip_low=0.2, clip_high=0.2, dual_clip=None,
   ratio="token"|"turn"|"sequence", turn_id=None, agg="token-mean"|"seq-mean-token-mean"|
-  "seq-mean-token-sum"|"constant", seq_id=None, norm_constant=None, ratio_max=None)``, all
+  "seq-mean-token-sum"|"constant", seq_id=None, norm_constant=None, ratio_max=None, is_weight=None)``, all
   ``[B,L]`` (``seq_id`` ``[B]``). ``turn`` = ST-PPO's Turn-PPO, ``sequence`` = GSPO, DAPO =
   ``clip_high=0.28`` + ``token-mean``, Dr. GRPO = ``agg="constant"``.
 - ``turn_ratio(logp, old_logp, mask, turn_id) -> [B,L]`` (1 off the mask).
+- Sampler-learner mismatch (``agentrl.algos.mismatch``; all ``[B,L]``): ``mismatch_metrics(learner_logp,
+  sampler_logp, mask, *, cap=2.0) -> dict``; ``tis_weight(...) -> [B,L]`` (``min(exp(learner - sampler),
+  cap)``, ppo_clip's ``is_weight``); ``token_keep(...) -> [B,L]`` and ``sequence_keep(...) -> [B]``
+  (ratio within ``[1/cap, cap]``; the masking corrections).
 - ``clip_bias_norm(logp, old_logp, adv, mask, **ppo_clip options)`` -> ``(S_c, metrics)``: a
   surrogate whose gradient is S-PPO's clipping-bias term C [U]. Trainer (S-PPO / ST-PPO)::
 
