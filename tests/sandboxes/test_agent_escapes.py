@@ -145,11 +145,14 @@ def test_the_agents_limits_and_scheduling_are_out_of_reach_or_restored(pool, pri
 
 ORPHANS = r"""
 import os
+low = None
 for _ in range(300):  # grandchildren reparented to the agent (PID 1), which reaps them
-    if os.fork() == 0:
+    child = os.fork()
+    if child == 0:
         if os.fork() == 0:
             os._exit(7)
         os._exit(0)
+    low = low or child
     os.wait()
 """
 
@@ -174,16 +177,17 @@ def test_execs_after_the_pid_counter_wrapped_get_their_own_status(pool, pristine
     wrap = (
         ORPHANS
         + """
-last = 0
-while True:
+last, wrapped = 0, False
+while True:  # past pid_max (back to 300), then on to just below the orphans' pids
     pid = os.fork()
     if pid == 0:
         os._exit(0)
     os.waitpid(pid, 0)
-    if pid < last:
-        break
+    wrapped = wrapped or pid < last
     last = pid
-print("wrapped at", last)
+    if wrapped and pid >= low - 2:
+        break
+print("wrapped; next pids", pid + 1, "onwards, orphans from", low)
 """
     )
     with pool.lease() as box:
