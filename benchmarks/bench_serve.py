@@ -1,28 +1,30 @@
-"""`agentrl serve` with the built-in SmolLM2 on this CPU: time to first token and tokens/s, 1 / 8 concurrent.
+"""`agentrl serve` with the built-in SmolLM2 on this CPU: tokens/s and time to first token at 1 / 8 / 32 concurrent.
 
 A real server (uvicorn on a free port, the HF generator) and the official ``openai`` async client
-streaming chat completions (greedy, a prompt that keeps the model counting). Reported: median time
-to the first content chunk, and generated tokens per second over the wall time of the wave
-(usage from ``stream_options.include_usage``). Baselines in the same run: the HF generator
-called directly (no HTTP) for the tokens/s at 1 request, and the 1-request figures for 8.
+streaming chat completions (greedy, a prompt that keeps the model counting, ``max_tokens`` new
+tokens each). Per level: generated tokens per second over the wave's wall time (usage from
+``stream_options.include_usage``), time to the first content chunk (p50 / p99 over the wave's
+requests), and the wave's wall time against one request's. Continuous batching (the default) and
+static batching (``--batching static``: one batched call at a time) run in the same process, one
+after the other, so their figures compare on the same load; the load average is printed (the
+machine is shared).
 
-    python benchmarks/bench_serve.py            # 64 new tokens, 3 waves each
-    python benchmarks/bench_serve.py --quick    # 8 new tokens, 1 wave each
+    python benchmarks/bench_serve.py                  # 64 new tokens, levels 1 8 32
+    python benchmarks/bench_serve.py --quick          # 8 new tokens, levels 1 8
 """
 
 from __future__ import annotations
 
 import asyncio
-import statistics
+import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import Row, parser, print_table, write_json  # noqa: E402
+from common import Row, parser, percentile, print_table, write_json  # noqa: E402
 
-from agentrl.rollout.generators.base import GenerationOutput, SamplingParams  # noqa: E402
 from agentrl.rollout.generators.hf import HFGenerator  # noqa: E402
 from agentrl.rollout.model import load_model  # noqa: E402
 from agentrl.rollout.server import BackgroundServer, build_app  # noqa: E402
@@ -31,10 +33,11 @@ ASK = "Count from 1 to 200, separated by commas."
 
 
 async def wave(url: str, concurrency: int, max_tokens: int) -> tuple[list[float], int, float]:
-    """``concurrency`` streamed chats at once: (time to first token per request, tokens, wall s)."""
+    """``concurrency`` streamed chats at once: time to first token per request, tokens in all, the
+    wave's wall seconds."""
     import openai
 
-    client = openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0, timeout=3600)
 
     async def one(i: int) -> tuple[float, int]:
         start = time.perf_counter()
@@ -64,46 +67,52 @@ async def wave(url: str, concurrency: int, max_tokens: int) -> tuple[list[float]
 
 
 def main() -> None:
-    args = parser(__doc__.splitlines()[0]).parse_args()
-    max_tokens, waves = (8, 1) if args.quick else (64, 3)
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--levels", type=int, nargs="+", default=None, help="concurrent requests per wave")
+    p.add_argument("--max-tokens", type=int, default=None)
+    p.add_argument("--modes", nargs="+", default=["continuous", "static"])
+    args = p.parse_args()
+    max_tokens = args.max_tokens or (8 if args.quick else 64)
+    levels = args.levels or ([1, 8] if args.quick else [1, 8, 32])
+    print(f"load average before: {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}")
     model, tokenizer = load_model("smollm2-135m")
-    generator = HFGenerator(model, tokenizer)
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": ASK}], add_generation_prompt=True, tokenize=True, return_dict=False
+    rows: list[Row] = []
+    measured: dict[tuple[str, int], tuple[float, float, float, float]] = {}
+    for mode in args.modes:
+        generator = HFGenerator(model, tokenizer, prefix_cache_tokens=0)  # every request prefills
+        with BackgroundServer(build_app(generator, tokenizer, "smollm2-135m", batching=mode)) as server:
+            asyncio.run(wave(server.url, 1, 4))  # warm-up
+            for level in levels:
+                firsts, tokens, wall = asyncio.run(wave(server.url, level, max_tokens))
+                measured[mode, level] = (
+                    tokens / wall,
+                    percentile(firsts, 50),
+                    percentile(firsts, 99),
+                    wall,
+                )
+                print(f"  {mode} x{level}: {tokens / wall:.2f} tok/s, TTFT p50 {percentile(firsts, 50):.2f} s "
+                      f"p99 {percentile(firsts, 99):.2f} s, wall {wall:.1f} s", flush=True)  # fmt: skip
+    for mode in args.modes:
+        one_wall = measured[mode, levels[0]][3]
+        for level in levels:
+            tps, p50, p99, wall = measured[mode, level]
+            other = "static" if mode == "continuous" else None
+            base = measured.get((other, level)) if other else None
+            rows.append(Row(f"{mode}, {level} concurrent: tokens/s (all)", tps, "tok/s",
+                            f"static, {level} concurrent" if base else None, base[0] if base else None))  # fmt: skip
+            rows.append(Row(f"{mode}, {level} concurrent: TTFT p50", p50, "s",
+                            f"static, {level} concurrent" if base else None, base[1] if base else None))  # fmt: skip
+            rows.append(Row(f"{mode}, {level} concurrent: TTFT p99", p99, "s",
+                            f"static, {level} concurrent" if base else None, base[2] if base else None))  # fmt: skip
+            if level != levels[0]:
+                rows.append(Row(f"{mode}, {level} concurrent: wave wall time", wall, "s",
+                                f"{mode}, {levels[0]} request", one_wall))  # fmt: skip
+    load = os.getloadavg()
+    print_table(
+        rows,
+        f"agentrl serve (built-in SmolLM2, greedy, {max_tokens} new tokens; load average after "
+        f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f})",
     )
-    sampling = SamplingParams(max_new_tokens=max_tokens, temperature=0.0, return_entropy=False)
-
-    # In a worker thread, like the server's batcher: on this shared CPU torch runs several times
-    # slower from the main thread than from a worker (measured 0.6-1.2 vs 3.0-4.9 tok/s).
-    def call() -> GenerationOutput:
-        return asyncio.run(generator.agenerate([prompt], sampling))[0]
-
-    call()  # warm-up
-    direct = []
-    for _ in range(waves):
-        start = time.perf_counter()
-        out = call()
-        direct.append(len(out.ids) / (time.perf_counter() - start))
-    direct_tps = statistics.median(direct)
-    rows = [Row("HF generator, direct call (worker thread), 1 request", direct_tps, "tok/s")]
-    measured: dict[int, tuple[float, float]] = {}
-    with BackgroundServer(build_app(generator, tokenizer, "smollm2-135m")) as server:
-        asyncio.run(wave(server.url, 1, 4))  # warm-up
-        for concurrency in (1, 8):
-            ttfts, tps = [], []
-            for _ in range(waves):
-                firsts, tokens, wall = asyncio.run(wave(server.url, concurrency, max_tokens))
-                ttfts += firsts
-                tps.append(tokens / wall)
-            measured[concurrency] = (statistics.median(ttfts) * 1000, statistics.median(tps))
-    (ttft1, tps1), (ttft8, tps8) = measured[1], measured[8]
-    rows += [
-        Row("serve, stream, 1 request: tokens/s", tps1, "tok/s", "HF generator direct", direct_tps),
-        Row("serve, stream, 8 concurrent: tokens/s (all)", tps8, "tok/s", "serve, 1 request", tps1),
-        Row("serve, stream, 1 request: time to first token", ttft1, "ms"),
-        Row("serve, stream, 8 concurrent: time to first token", ttft8, "ms", "serve, 1 request", ttft1),
-    ]
-    print_table(rows, f"agentrl serve (built-in SmolLM2, greedy, {max_tokens} new tokens, median of {waves})")
     write_json(args.json_path, "bench_serve", rows, args.quick)
 
 
