@@ -35,7 +35,9 @@ def run(name: str, overrides: str, out: Path, seed: int) -> Path:
     return run_dir
 
 
-def _range(values: list[float], fmt: str = "{:.2f}") -> str:
+def _range(values: list[float | None], fmt: str = "{:.2f}") -> str:
+    """``min-max`` of the steps that logged the value ("-" for runs from before it was logged)."""
+    values = [v for v in values if v is not None]
     return f"{fmt.format(min(values))}-{fmt.format(max(values))}" if values else "-"
 
 
@@ -49,9 +51,9 @@ def row(run_dir: Path) -> dict[str, str]:
     mean = lambda key: sum(r.get(key, 0.0) for r in rl) / max(len(rl), 1)  # noqa: E731
     return {
         "run": run_dir.name,
-        "groups/step": _range([r.get("rollout/groups_trained", 0.0) for r in rl], "{:.0f}"),
-        "sampled reward": _range([r.get("env/reward", 0.0) for r in rl]),
-        "groups/1k tokens": f"{mean('rollout/groups_per_1k_tokens'):.2f}",
+        "groups/step": _range([r.get("rollout/groups_trained") for r in rl], "{:.0f}"),
+        "sampled reward": _range([r.get("env/reward") for r in rl]),
+        "groups/1k tokens": _range([r.get("rollout/groups_per_1k_tokens") for r in rl]),
         "held-out": f"{summary['success_before']:.3f} -> {summary['success_after']:.3f}",
         "gained/lost": f"{summary['gained']} / {summary['lost']}",
         "p": f"{summary['p_value']:.3g}",
