@@ -107,7 +107,8 @@ def test_eval_before_from_refuses_a_run_that_evaluated_with_other_settings(tmp_p
     (shared / "resolved_config.yaml").write_text(yaml.safe_dump(to_dict(load_config(QUICKSTART))))
     out = tmp_path / "arm"
     res = agentrl("train", str(QUICKSTART), f"train.eval_before_from={shared}", f"train.out_dir={out}",
-                  "rollout.folding=branch", "algo.advantage=foldgrpo", "algo.loss=foldgrpo", timeout=120)  # fmt: skip
+                  "rollout.folding=branch", "rollout.branches=0", "algo.advantage=foldgrpo", "algo.loss=foldgrpo",
+                  timeout=120)  # fmt: skip
     assert res.returncode == 1, res.stderr
     message = " ".join(res.stderr.split())
     assert "train.eval_before_from" in message and "rollout.folding: 'none' -> 'branch'" in message
