@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from agentrl.rollout.batcher import RequestCallback
-from agentrl.rollout.generators.base import GenerationOutput, SamplingParams, check_fits
+from agentrl.rollout.generators.base import GenerationOutput, SamplingParams, check_fits, check_prompts
 from agentrl.rollout.generators.hf import HFGenerator, left_pad, roomy_cache
 from agentrl.rollout.generators.sampling import sample_next, top_pairs
 
@@ -92,6 +92,7 @@ class ContinuousBatcher:
         self, prompt: Sequence[int], sampling: SamplingParams, on_token: RequestCallback | None = None
     ) -> GenerationOutput:
         """Queue one prompt; its continuation once its row ends (``on_token``: as in the Batcher)."""
+        check_prompts([prompt], self.generator.vocab_size)  # before the row joins: a bad id fails it alone
         check_fits(len(prompt), sampling.max_new_tokens, self.generator.max_positions)
         loop = asyncio.get_running_loop()
         row = _Row(list(prompt), sampling, on_token, loop.create_future(), loop)
