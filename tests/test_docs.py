@@ -256,9 +256,11 @@ def test_the_env_catalogue_is_every_registered_env() -> None:
 
     envs = json.loads(subprocess.run([sys.executable, "-m", "agentrl.cli", "envs", "--json"], capture_output=True,
                                      text=True, check=True, cwd=REPO).stdout)  # fmt: skip
-    assert [e["id"] for e in envs] == registered_ids() and len(envs) >= 10
+    # the platform's own ids: other tests of this process register toy envs (test/...) beside them
+    ours = [env_id for env_id in registered_ids() if env_id.startswith("agentrl/")]
+    assert [e["id"] for e in envs] == ours and len(envs) >= 10
     table = README.read_text().split("<!-- generated: envs -->")[1].split("<!-- /generated -->")[0]
-    assert [row.split("`")[1] for row in table.strip().splitlines()[2:]] == registered_ids()
+    assert [row.split("`")[1] for row in table.strip().splitlines()[2:]] == ours
 
 
 def test_the_config_reference_lists_every_field() -> None:
