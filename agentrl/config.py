@@ -26,6 +26,12 @@ from agentrl.rollout.settings import RolloutConfig as RolloutConfig  # the one r
 
 
 # --------------------------------------------------------------------------- sections
+MIXTURE_ID = "mixture"  # env.id of a run whose envs are listed in env.mixture
+# EnvConfig fields that only a mixture reads (a single env refuses them rather than ignore them)
+MIXTURE_ONLY = ("normalize_rewards", "filter_window", "filter_solved", "filter_failed", "filter_cooldown")
+# EnvConfig fields a mixture sets per entry (env[i].<field>): left at their defaults at the top
+PER_ENTRY = ("split", "eval_split", "max_turns", "max_obs_chars", "kwargs", "ray_resources")
+
 @dataclass(frozen=True)
 class ModelConfig:
     name: str = "smollm2-135m"
@@ -49,6 +55,55 @@ class ModelConfig:
             raise ConfigError(
                 f"{prefix}.lora_rank", f"must be >= 0, got {self.lora_rank}", "use 0 for full fine-tuning"
             )
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """One environment of a mixture (``env`` given as a list, or ``env.mixture``)."""
+
+    id: str = ""
+    """Registered env id (see `agentrl envs`)."""
+    name: str = ""
+    """Short name in metrics (env/<name>/reward), task ids and the summary; unset = from the id (agentrl/SQLShop-v0 -> sqlshop)."""
+    weight: float = 1.0
+    """Share of each step's tasks (apportioned: weights 2:1:1 and 4 tasks per step give 2, 1, 1 every step)."""
+    split: str = "train"
+    """Task split used for training rollouts."""
+    eval_split: str = "test"
+    """Task split used for held-out evaluation."""
+    max_turns: int = 6
+    """Turn budget per episode (the horizon curriculum's end point; held-out evals always use it)."""
+    max_obs_chars: int = 4000
+    """Observations longer than this are cut with a note."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for the env constructor."""
+    train_tasks: int = 0
+    """Train on the first N tasks of the split only (0: all); a small pool lets the difficulty filter see tasks again."""
+    eval_episodes: int | None = None
+    """Held-out tasks of this env per evaluation (the first N of eval_split); unset = train.eval_episodes."""
+    oracle: str = ""
+    """Scripted oracle "module:Class" for this env's warm-up demonstrations (with train.sft_warmup_steps > 0); empty: no demonstrations from this env."""
+    horizon_start: int = 0
+    """Horizon curriculum (AgentGym-RL's ScalingInter-RL): the turn budget of training rollouts starts here and grows by horizon_by every horizon_every RL steps up to max_turns; 0 = off (max_turns throughout)."""
+    horizon_every: int = 1
+    """With horizon_start > 0: RL steps between two growths of the turn budget."""
+    horizon_by: int = 1
+    """With horizon_start > 0: turns added at each growth."""
+    ray_resources: dict[str, float] = field(default_factory=dict)
+    """With env.placement ray: custom resource labels this env's actors need (e.g. {sqlnode: 1}) in place of env.ray_resources: families on different nodes."""
+
+    def short_name(self) -> str:
+        if self.name:
+            return self.name
+        tail = self.id.rsplit("/", 1)[-1].lower()
+        head, _, version = tail.rpartition("-v")
+        return head if head and version.isdigit() else tail
+
+    def turn_budget(self, step: int) -> int:
+        """The training turn budget at RL step ``step`` (0-based): the curriculum's, else max_turns."""
+        if not self.horizon_start:
+            return self.max_turns
+        return min(self.max_turns, self.horizon_start + self.horizon_by * (step // self.horizon_every))
 
 
 @dataclass(frozen=True)
@@ -84,11 +139,33 @@ class EnvConfig:
     ray_services: str = "node"
     """With placement ray: shared tool services: node (one sandbox pool and shop server per node) | cluster
     (one shop for the cluster; sandbox pools stay per node) | actor (each env actor its own)."""
+    mixture: tuple[EnvEntry, ...] = ()
+    """Several environments in one run: a list of entries (id, name, weight, split, eval_split, max_turns, max_obs_chars, kwargs, train_tasks, eval_episodes, oracle, horizon_start/every/by, ray_resources; see the entry fields below). `env:` given as a YAML list is this list; env.id and the other per-env fields are then set per entry. Empty: one env (env.id)."""
+    normalize_rewards: str = "none"
+    """With a mixture: none | env_std (each step, an env's episode rewards are divided by their standard deviation over that env's kept episodes, so envs whose rewards live on different scales weigh alike in the loss; success and eval are untouched)."""
+    filter_window: int = 0
+    """With a mixture: online difficulty filter. A task whose last filter_window groups all had a pass rate >= filter_solved (too easy) or <= filter_failed (too hard) is skipped by the sampler for filter_cooldown steps; 0 = off."""
+    filter_solved: float = 1.0
+    """With filter_window > 0: a group's pass rate (share of its episodes that solved the task by the env's success metric) at or above which it counts as all solved."""
+    filter_failed: float = 0.0
+    """With filter_window > 0: a group's pass rate at or below which it counts as all failed."""
+    filter_cooldown: int = 4
+    """With filter_window > 0: RL steps a filtered task is skipped before it may be drawn again."""
 
     def validate(self, prefix: str) -> None:
         from agentrl.env import registered_ids
 
         ids = registered_ids()
+        if self.mixture or self.id == MIXTURE_ID:
+            from agentrl.train.mixture import validate_mixture
+
+            validate_mixture(self, prefix)
+            return
+        for name in MIXTURE_ONLY:
+            if getattr(self, name) != getattr(EnvConfig, name):
+                raise ConfigError(f"{prefix}.{name}", "applies to a mixture of envs; this run has one env",
+                                  f"give env as a list of envs, or leave {prefix}.{name} at "
+                                  f"{getattr(EnvConfig, name)!r}")  # fmt: skip
         if self.id not in ids:
             raise ConfigError(f"{prefix}.id", f"unknown env {self.id!r}", f"use one of: {', '.join(ids)}")
         if self.max_turns < 1:
@@ -274,7 +351,7 @@ class TrainConfig:
     wandb: bool = False
     """Also log to Weights & Biases (when installed)."""
 
-    def validate(self, prefix: str) -> None:
+    def validate(self, prefix: str, mixture: bool = False) -> None:
         _choice(f"{prefix}.engine", self.engine, ("torch", "deepspeed"))
         _choice(f"{prefix}.logprob_impl", self.logprob_impl, ("auto", "chunked", "triton", "naive"))
         if isinstance(self.bf16_autocast, str) and self.bf16_autocast != "auto":
@@ -292,7 +369,7 @@ class TrainConfig:
             raise ConfigError(f"{prefix}.lr", f"must be > 0, got {self.lr}")
         if self.steps < 0:
             raise ConfigError(f"{prefix}.steps", f"must be >= 0, got {self.steps}")
-        if self.sft_warmup_steps > 0 and ":" not in self.oracle:
+        if self.sft_warmup_steps > 0 and ":" not in self.oracle and not mixture:
             raise ConfigError(
                 f"{prefix}.oracle",
                 "the SFT warm-up needs a scripted oracle",
@@ -336,7 +413,14 @@ class RunConfig:
     def validate(self, prefix: str = "") -> None:
         # env last: it is the only check that imports the env registry
         for name in ("model", "rollout", "algo", "train", "env"):
-            getattr(self, name).validate(name)
+            if name == "train":  # a mixture's warm-up oracles are per env (env[i].oracle)
+                self.train.validate(name, mixture=bool(self.env.mixture))
+            else:
+                getattr(self, name).validate(name)
+        if self.env.mixture:
+            from agentrl.train.mixture import check_mixture_run
+
+            check_mixture_run(self)
         from agentrl.train.plan import objective_plan
 
         objective_plan(self)  # every objective need has a producer under this config; options resolve
@@ -346,7 +430,7 @@ class RunConfig:
 # these evaluate alike, so one may take the other's eval before RL (``train.eval_before_from``)
 EVAL_SETTINGS = (
     "model.name", "model.dtype",
-    "env.id", "env.eval_split", "env.max_turns", "env.max_obs_chars", "env.kwargs",
+    "env.id", "env.eval_split", "env.max_turns", "env.max_obs_chars", "env.kwargs", "env.mixture",
     "rollout.backend", "rollout.base_url", "rollout.max_new_tokens", "rollout.max_context_tokens",
     "rollout.folding", "rollout.summary_threshold", "rollout.max_summaries", "rollout.max_branches",
     "rollout.branch_max_turns", "rollout.template_mode", "rollout.tool_schemas", "rollout.max_turns",
@@ -365,6 +449,9 @@ NOT_EVAL_SETTINGS = {
     "env.ray_address": "as placement", "env.num_cpus_per_env": "as placement", "env.envs_per_actor": "as placement",
     "env.ray_resources": "as placement", "env.ray_call_timeout_s": "as placement",
     "env.ray_start_timeout_s": "as placement", "env.ray_lost_retries": "as placement", "env.ray_services": "as placement",
+    "env.normalize_rewards": "training reward scaling (success is the env's own metric)",
+    "env.filter_window": "which training tasks are drawn", "env.filter_solved": "as filter_window",
+    "env.filter_failed": "as filter_window", "env.filter_cooldown": "as filter_window",
     "rollout.group_size": "training samples per task (evals run one per task)",
     "rollout.branches": "training tree rollouts (evals run chains)", "rollout.branch_at": "training tree rollouts",
     "rollout.tasks_per_step": "training batch", "rollout.temperature": "training sampling (evals use train.eval_temperature)",
@@ -446,6 +533,10 @@ def help_text(cls: type = RunConfig, prefix: str = "") -> list[tuple[str, str, s
         else:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
             rows.append((name, repr(default), docs.get(f.name, "")))
+            item = typing.get_args(hints[f.name])[0] if typing.get_origin(hints[f.name]) is tuple else None
+            if dataclasses.is_dataclass(item):  # env.mixture: each entry's fields, as env[i].<field>
+                base = name.rsplit(".", 1)[0] if name == "env.mixture" else name
+                rows += help_text(item, f"{base}[i].")
     return rows
 
 
@@ -470,6 +561,10 @@ def _convert(value: Any, annotation: Any, name: str) -> Any:
     if origin is tuple:
         if not isinstance(value, list | tuple):
             raise ConfigError(name, f"expected a list, got {value!r}")
+        item = typing.get_args(annotation)[0] if typing.get_args(annotation) else None
+        if dataclasses.is_dataclass(item):  # env.mixture: entries named env[i] in errors
+            base = "env" if name == "env.mixture" else name
+            return tuple(_convert(v, item, f"{base}[{i}]") for i, v in enumerate(value))
         return tuple(value)
     if origin is dict or annotation is dict:
         if not isinstance(value, dict):
@@ -559,6 +654,13 @@ def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
             out[key] = dict(value)
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = _merge(out[key], value)
+        elif isinstance(value, dict) and isinstance(out.get(key), list) and all(str(k).isdigit() for k in value):
+            items = list(out[key])  # env.mixture.1.weight=2 (or env.1.weight=2): one entry's field
+            for index, part in value.items():
+                if int(index) >= len(items):
+                    raise ConfigError(f"{key}[{index}]", f"there are {len(items)} entries", f"use an index below {len(items)}")
+                items[int(index)] = _merge(items[int(index)], part) if isinstance(part, dict) else part
+            out[key] = items
         else:
             out[key] = value
     return out
@@ -586,11 +688,30 @@ def load_config(
         if not isinstance(loaded, dict):
             raise ConfigError("config", f"{path} must hold a mapping at the top level")
         values = loaded
-    values = _merge(values, parse_overrides(list(overrides)))
+    values = _merge(_mixture_form(values), _mixture_form(parse_overrides(list(overrides))))
     config = _build(cls, values)
     if validate:
         config.validate()
     return config
+
+
+def _mixture_form(values: dict[str, Any]) -> dict[str, Any]:
+    """``env:`` given as a list of envs -> ``env: {id: mixture, mixture: [...]}``; an override's
+    ``env.<i>.<field>`` -> ``env.mixture.<i>.<field>``; a mapping with ``mixture`` and no ``id`` gets
+    ``id: mixture``. One env (a mapping with an id) is left as it is."""
+    env = values.get("env")
+    if isinstance(env, list | tuple):
+        return {**values, "env": {"id": MIXTURE_ID, "mixture": list(env)}}
+    if isinstance(env, dict) and not isinstance(env, _Whole):
+        indexed = {k: v for k, v in env.items() if str(k).isdigit()}
+        rest = {k: v for k, v in env.items() if not str(k).isdigit()}
+        if indexed:
+            mixture = rest.get("mixture", {})
+            rest["mixture"] = {**indexed, **mixture} if isinstance(mixture, dict) else mixture
+        if isinstance(rest.get("mixture"), list) and "id" not in rest:
+            rest["id"] = MIXTURE_ID
+        return {**values, "env": rest}
+    return values
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -161,6 +161,15 @@ def config_page() -> str:
                 f"| {_cell(docs.get(f.name, ''))} | {_cell(shapes)} |"
             )
         lines.append("")
+        if section.name == "env":  # a mixture's entries (env given as a list): env[i].<field>
+            lines += ["### `env[i]`: one env of a mixture", "",
+                      "`env:` may be a list of envs (or `env.mixture`); each entry has these fields, set on the "
+                      "command line as `env.<i>.<field>=value`. Together they shape the eval (`env.mixture`). "
+                      "[Training on several environments](../guides/training.md#several-environments-in-one-run).", "",
+                      "| field | default | help |", "|---|---|---|"]  # fmt: skip
+            for name, default, text in cfg.help_text(cfg.EnvEntry, "env[i]."):
+                lines.append(f"| `{name}` | `{_cell(default)}` | {_cell(text)} |")
+            lines.append("")
     return "\n".join(lines)
 
 

@@ -130,8 +130,8 @@ class MetricsLogger:
             table.add_row(*row)
         self.console.print(table)
 
-    def plot(self, keys: tuple[str, ...] = ("env/reward", "eval/success", "loss/policy")) -> Path | None:
-        """Training curves of ``keys`` against step, saved as ``curve.png``."""
+    def plot(self, keys: tuple[str | tuple[str, ...], ...] = ("env/reward", "eval/success", "loss/policy")) -> Path | None:
+        """Training curves of ``keys`` against step, saved as ``curve.png`` (a tuple of keys: one panel)."""
         if not self.enabled or not self.history:
             return None
         import matplotlib
@@ -139,14 +139,20 @@ class MetricsLogger:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        present = [k for k in keys if any(k in r for r in self.history)]
+        # a tuple of keys shares one panel (a mixture's per-env curves), with a legend
+        panels = [tuple(k for k in (key if isinstance(key, tuple) else (key,)) if any(k in r for r in self.history))
+                  for key in keys]  # fmt: skip
+        present = [p for p in panels if p]
         if not present:
             return None
         fig, axes = plt.subplots(1, len(present), figsize=(4.5 * len(present), 3.4), squeeze=False)
-        for ax, key in zip(axes[0], present, strict=True):
-            points = [(r["step"], r[key]) for r in self.history if key in r]
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3)
-            ax.set_title(key)
+        for ax, panel in zip(axes[0], present, strict=True):
+            for key in panel:
+                points = [(r["step"], r[key]) for r in self.history if key in r]
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=key)
+            ax.set_title(panel[0] if len(panel) == 1 else f"{panel[0].split('/')[0]}/<env>/{panel[0].rsplit('/', 1)[-1]}")
+            if len(panel) > 1:
+                ax.legend(fontsize=7)
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
         fig.tight_layout()

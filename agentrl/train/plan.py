@@ -122,6 +122,11 @@ def objective_plan(config: Any) -> ObjectivePlan:
     plan = ObjectivePlan(estimator, loss, adv_options, loss_options)
     _check_producers(config, f"advantage '{estimator.name}'", estimator.needs)
     _check_producers(config, f"loss '{loss.name}'", plan.loss_needs)
+    if getattr(config.env, "mixture", ()):  # each env of a mixture must feed what the objective reads
+        from agentrl.train.mixture import check_envs_feed
+
+        check_envs_feed(config, f"advantage '{estimator.name}'", estimator.needs)
+        check_envs_feed(config, f"loss '{loss.name}'", plan.loss_needs)
     if algo.clip_bias_correction and "ratio" not in loss_options:
         raise ConfigError(
             "algo.clip_bias_correction",

@@ -196,6 +196,7 @@ class Rollouts:
         )
         self.make_env = lambda: agentrl.make(env_cfg.id, **self.env_kwargs)
         self.episode_env = episode_envs(env_cfg, self.env_kwargs, self.make_env)  # local or Ray actors
+        self._budget_envs: dict[int, Any] = {env_cfg.max_turns: self.episode_env}  # horizon curriculum
         probe = self.make_env()
         self.train_tasks = list(probe.unwrapped.load_tasks(env_cfg.split))
         self.eval_tasks = list(probe.unwrapped.load_tasks(env_cfg.eval_split))
@@ -205,10 +206,35 @@ class Rollouts:
         # in-process generator, without a wait limit under train.deterministic: runner.lockstep_mode)
         self.run_options = {"progress": False, "lockstep": True if config.train.deterministic else None}
 
+    def held_out(self, count: int) -> list[Any]:
+        """The first ``count`` held-out tasks (the same ones every eval)."""
+        return self.eval_tasks[:count]
+
+    def success_metric(self, episode: Episode) -> str:
+        """The success metric of the env ``episode`` ran in (:attr:`agentrl.env.TextEnv.success_metric`)."""
+        from agentrl.env import success_metric
+
+        return success_metric(self.config.env.id)
+
+    def _envs_for(self, max_turns: int | None) -> Any:
+        """The episode envs with turn budget ``max_turns`` (a mixture's horizon curriculum), built once."""
+        import agentrl
+        from agentrl.rollout.remote_env import episode_envs
+
+        if max_turns is None:
+            return self.episode_env
+        if max_turns not in self._budget_envs:
+            kwargs = {**self.env_kwargs, "max_turns": max_turns}
+            env_id = self.config.env.id
+            self._budget_envs[max_turns] = episode_envs(self.config.env, kwargs, lambda: agentrl.make(env_id, **kwargs))
+        return self._budget_envs[max_turns]
+
     def run(self, tasks: list[Any], *, seed: int, version: int, group_size: int, temperature: float | None = None,
-            out_path: Path | None = None, on_episode: Any = None, branches: int = 0) -> tuple[list[Episode], RunStats]:  # fmt: skip
+            out_path: Path | None = None, on_episode: Any = None, branches: int = 0,
+            max_turns: int | None = None) -> tuple[list[Episode], RunStats]:  # fmt: skip
         """One wave of episodes; returns them and what the runner measured (``.as_metrics()``).
-        ``branches``: tree rollouts (training passes ``rollout.branches``; evals run chains)."""
+        ``branches``: tree rollouts (training passes ``rollout.branches``; evals run chains).
+        ``max_turns``: another turn budget than ``env.max_turns`` (a mixture's horizon curriculum)."""
         from agentrl.rollout.runner import RunStats, run_episodes
 
         settings = dataclasses.replace(self.config.rollout, group_size=group_size, branches=branches)
@@ -216,7 +242,7 @@ class Rollouts:
             settings = dataclasses.replace(settings, temperature=temperature)
         stats = RunStats()
         episodes = run_episodes(
-            self.episode_env, tasks, self.generator, self.tokenizer, settings, seed=seed,
+            self._envs_for(max_turns), tasks, self.generator, self.tokenizer, settings, seed=seed,
             policy_version=version, stats=stats, out_path=out_path, on_episode=on_episode, **self.run_options,
         )  # fmt: skip
         return episodes, stats
@@ -276,6 +302,63 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     }
 
 
+def entry_config(config: RunConfig, entry: Any) -> RunConfig:
+    """The run config one env of a mixture runs under: ``env`` that entry (placement shared), the
+    warm-up's oracle the entry's own."""
+    env = dataclasses.replace(config.env, id=entry.id, split=entry.split, eval_split=entry.eval_split,
+                              max_turns=entry.max_turns, max_obs_chars=entry.max_obs_chars, kwargs=dict(entry.kwargs),
+                              ray_resources=dict(entry.ray_resources or config.env.ray_resources), mixture=(),
+                              normalize_rewards="none", filter_window=0)  # fmt: skip
+    train = dataclasses.replace(config.train, oracle=entry.oracle, sft_fold_share=0.0)
+    return dataclasses.replace(config, env=env, train=train)
+
+
+def make_rollouts(config: RunConfig, generator: Any, tokenizer: Any) -> Any:
+    """``Rollouts`` of the one env, or a mixture's (:class:`agentrl.train.mixture.MixtureRollouts`)."""
+    if not config.env.mixture:
+        return Rollouts(config, generator, tokenizer)
+    from agentrl.train.mixture import MixtureRollouts
+
+    return MixtureRollouts(config, [Rollouts(entry_config(config, e), generator, tokenizer) for e in config.env.mixture])
+
+
+def make_sampler(config: RunConfig, rollouts: Any, state: dict[str, Any] | None = None) -> Any:
+    """The training task sampler: :class:`TaskSampler` over one env, a mixture's
+    :class:`agentrl.train.mixture.MixtureSampler` (weights, difficulty filter); ``state`` resumes it."""
+    if not config.env.mixture:
+        return TaskSampler(len(rollouts.train_tasks), config.train.seed, **(state or {}))
+    from agentrl.train.mixture import MixtureSampler
+
+    env = config.env
+    return MixtureSampler(rollouts.sizes, [e.weight for e in env.mixture], rollouts.names, config.train.seed,
+                          window=env.filter_window, solved=env.filter_solved, failed=env.filter_failed,
+                          cooldown=env.filter_cooldown, state=state)  # fmt: skip
+
+
+def mixture_lines(config: RunConfig, rollouts: Any) -> list[str]:
+    """What a mixture run resolved, for the log: per env its share of a step, pool, held-out tasks,
+    turn budget (and curriculum), oracle; then the filter and the reward normalisation."""
+    from agentrl.train.mixture import apportion
+
+    env, n = config.env, config.rollout.tasks_per_step
+    first = apportion(n, [e.weight for e in env.mixture], [0] * len(env.mixture))
+    held = {name: sum(1 for i, _ in rollouts.held_out(config.train.eval_episodes) if i == k)
+            for k, name in enumerate(rollouts.names)}  # fmt: skip
+    lines = [f"mixture: {len(env.mixture)} envs, tasks_per_step={n} apportioned by weight (first step: "
+             + ", ".join(f"{name} {c}" for name, c in zip(rollouts.names, first, strict=True)) + ")"]
+    for name, entry, size in zip(rollouts.names, env.mixture, rollouts.sizes, strict=True):
+        horizon = (f"turns {entry.horizon_start} -> {entry.max_turns} (+{entry.horizon_by} every {entry.horizon_every} steps)"
+                   if entry.horizon_start else f"turns {entry.max_turns}")  # fmt: skip
+        lines.append(f"  {name}: {entry.id} weight={entry.weight:g} split={entry.split} ({size} tasks) "
+                     f"eval_split={entry.eval_split} ({held[name]} held-out) {horizon} "
+                     f"oracle={entry.oracle or '-'} kwargs={dict(entry.kwargs)}")  # fmt: skip
+    lines.append("  difficulty filter: " + (
+        f"window {env.filter_window} groups, solved >= {env.filter_solved:g}, failed <= {env.filter_failed:g}, "
+        f"passed over for {env.filter_cooldown} steps" if env.filter_window else "off (env.filter_window=0)"))  # fmt: skip
+    lines.append(f"  reward normalisation: {env.normalize_rewards} (env.normalize_rewards)")
+    return lines
+
+
 # --------------------------------------------------------------------------- the loop
 def train(config: RunConfig) -> dict[str, Any]:
     """Run a whole training job; returns a summary (success before/after, steps, out_dir)."""
@@ -328,8 +411,14 @@ def train(config: RunConfig) -> dict[str, Any]:
             config.rollout.backend, model_name=config.model.name, dtype=config.model.dtype,
             base_url=config.rollout.base_url,
         )  # fmt: skip
-    rollouts = Rollouts(config, generator, tokenizer)
+    rollouts = make_rollouts(config, generator, tokenizer)
     progress.print(batching_line(generator, rollouts.run_options["lockstep"]))
+    mixture = bool(config.env.mixture)
+    if mixture:
+        from agentrl.train.mixture import env_metrics, normalize_rewards, pass_rates
+
+        for line in mixture_lines(config, rollouts):
+            progress.print(line)
     logger = MetricsLogger(out_dir, enabled=rank0, wandb=train_cfg.wandb, run_config=to_dict(config),
                            resume=resume_from is not None, console=progress.console)  # fmt: skip
     if rank0:
@@ -347,17 +436,16 @@ def train(config: RunConfig) -> dict[str, Any]:
 
     # supervised warm-up on oracle demonstrations (fresh runs only: a checkpoint already has it)
     if resume_from is None and train_cfg.sft_warmup_steps > 0:
-        from agentrl.env import solved, success_metric
+        from agentrl.env import solved
         from agentrl.train.sft import sft_warmup
 
         t0 = time.perf_counter()
         peaks.start()
         wanted = min(train_cfg.sft_demos, len(rollouts.train_tasks))
-        metric = success_metric(config.env.id)
         with progress.phase("warm-up demonstrations", wanted, unit="episode", per_step=False) as phase:
             demos, n_fold = rollouts.demonstrations(train_cfg.sft_demos, train_cfg.seed,
                                                     on_episode=phase.on_episode("success", lambda ep: solved(
-                                                        ep.metrics, ep.outcome, metric)))  # fmt: skip
+                                                        ep.metrics, ep.outcome, rollouts.success_metric(ep))))  # fmt: skip
         usable = [not d.failed and d.outcome > 0 for d in demos]
         folded = f" ({sum(usable[:n_fold])} of them folded, train.sft_fold_share)" if n_fold else ""
         logger.console.print(f"warm-up: {sum(usable)} demonstrations{folded}, "
@@ -385,11 +473,11 @@ def train(config: RunConfig) -> dict[str, Any]:
     ig_scorer = GoldAnswerScorer(
         None, tokenizer, algo.ig_template, continuation=learner_continuation_scorer(engine)
     )  # runs only if the advantage estimator reads gt_logprob
-    sampler = TaskSampler(len(rollouts.train_tasks), train_cfg.seed)
+    sampler = make_sampler(config, rollouts)
     start_step, state = 0, {"history": {}}
     if resume_from is not None:
         start_step, state = load_checkpoint(resume_from, engine)
-        sampler = TaskSampler(len(rollouts.train_tasks), train_cfg.seed, **state["sampler"])
+        sampler = make_sampler(config, rollouts, state["sampler"])
         _restore_generator_rng(generator, state.get("generator_rng"))
         logger.truncate(start_step)
         logger.console.print(f"resumed from {resume_from} (step {start_step})")
@@ -411,8 +499,9 @@ def train(config: RunConfig) -> dict[str, Any]:
             episodes, rollout_stats = rollouts.run(
                 [rollouts.train_tasks[i] for i in picked], seed=derive_seed(train_cfg.seed, "rollout", step),
                 version=step, group_size=config.rollout.group_size, on_episode=phase.on_episode(),
-                branches=config.rollout.branches,
+                branches=config.rollout.branches, **({"horizon_step": step} if mixture else {}),
             )  # fmt: skip
+        first_wave = episodes  # the groups of the tasks picked above (the difficulty filter's evidence)
         kept, filter_stats = filter_episodes(episodes, config)
         if algo.refill_rounds:  # DAPO over-sampling: more tasks until the step's groups are informative
             episodes, kept, filter_stats, rollout_stats = refill_groups(
@@ -425,6 +514,15 @@ def train(config: RunConfig) -> dict[str, Any]:
         metrics = {**episode_metrics(episodes), **context_metrics(episodes, config.rollout.folding),
                    **rollout_stats.as_metrics(), "perf/rollout_s": rollout_s}  # fmt: skip
         metrics |= filter_stats | peaks.end("rollout") | informative_groups(kept, rollout_stats.generated_tokens)
+        if mixture:  # per env: the step's episodes, the sampler and its filter, the curriculum's budget
+            from agentrl.env import solved
+
+            solved_ep = lambda ep: solved(ep.metrics, ep.outcome, rollouts.success_metric(ep))  # noqa: E731
+            metrics |= env_metrics(episodes, rollouts.name_of, solved_ep, rollouts.names)
+            metrics |= sampler.observe(step, picked, pass_rates(picked, first_wave, solved_ep))
+            metrics |= {f"mix/{n}/max_turns": float(e.turn_budget(step)) for n, e in zip(rollouts.names, rollouts.entries, strict=True)}
+            if config.env.normalize_rewards == "env_std":
+                metrics |= normalize_rewards(kept, rollouts.name_of)
         if kept:
             # 2. behaviour (+ reference) log-probs, advantages; 3. PPO epochs
             policy.train()
@@ -490,13 +588,22 @@ def train(config: RunConfig) -> dict[str, Any]:
                "eval_details": {"before": before_details, "after": after_details},
                "held_out_means": {"before": held_out_means(before_details, common),
                                   "after": held_out_means(after_details, common)}}  # fmt: skip
-    logger.table(
-        "held-out success (same tasks before and after RL)",
-        [(f"{summary['success_before']:.3f}", f"{summary['success_after']:.3f}", str(summary["eval_episodes"]),
-          str(summary["gained"]), str(summary["lost"]), f"{summary['p_value']:.3g}")],
-        ("before RL", "after RL", "tasks", "gained", "lost", "sign-test p"),
-    )  # fmt: skip
-    logger.plot(("sft/loss", "env/reward", "eval/success", "loss/loss", "loss/entropy"))
+    row = lambda s: (f"{s['success_before']:.3f}", f"{s['success_after']:.3f}", str(s["eval_episodes"]),  # noqa: E731
+                     str(s["gained"]), str(s["lost"]), f"{s['p_value']:.3g}")  # fmt: skip
+    if mixture:  # one row per env (its own sign test), then all tasks together
+        summary["per_env"] = {name: compare_evals(*({t: v for t, v in table.items() if t.startswith(f"{name}/")}
+                                                    for table in (state["eval_before"], eval_after)))
+                              for name in rollouts.names}  # fmt: skip
+        logger.table("held-out success per env (same tasks before and after RL)",
+                     [(name, *row(s)) for name, s in summary["per_env"].items()] + [("all", *row(summary))],
+                     ("env", "before RL", "after RL", "tasks", "gained", "lost", "sign-test p"))  # fmt: skip
+        logger.plot(("sft/loss", tuple(f"env/{n}/reward" for n in rollouts.names),
+                     tuple(f"eval/{n}/success" for n in rollouts.names), tuple(f"mix/{n}/max_turns" for n in rollouts.names),
+                     tuple(f"mix/{n}/filtered" for n in rollouts.names), "loss/loss"))  # fmt: skip
+    else:
+        logger.table("held-out success (same tasks before and after RL)", [row(summary)],
+                     ("before RL", "after RL", "tasks", "gained", "lost", "sign-test p"))  # fmt: skip
+        logger.plot(("sft/loss", "env/reward", "eval/success", "loss/loss", "loss/entropy"))
     if line := peaks.line():
         logger.console.print(line)
     logger.close()
@@ -524,11 +631,11 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
     still failed raises :class:`EvalError`. With ``out_dir`` the episodes go to
     ``out_dir/eval/step-NNNNNN.jsonl``; with ``peaks`` the eval's peak RSS is logged
     (``perf/rss_peak_eval_gib``)."""
-    from agentrl.env import solved, success_metric
+    from agentrl.env import solved
     from agentrl.rollout.runner import task_id
 
-    tasks = rollouts.eval_tasks[: config.train.eval_episodes]
-    metric = success_metric(config.env.id)
+    tasks = rollouts.held_out(config.train.eval_episodes)
+    names = getattr(rollouts, "names", None)  # a mixture: per-env means too
 
     def evaluate(step: int) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
         if step == 0 and config.train.eval_before_from:
@@ -545,19 +652,29 @@ def _evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: Metri
             episodes, _ = rollouts.run(tasks, seed=EVAL_SEED, version=step, group_size=1,
                                        temperature=config.train.eval_temperature,
                                        on_episode=phase.on_episode(  # success, as logged below
-                                           "success", lambda ep: solved(ep.metrics, ep.outcome, metric)))  # fmt: skip
+                                           "success", lambda ep: solved(ep.metrics, ep.outcome, rollouts.success_metric(ep))))  # fmt: skip
         episodes, replayed = replay_failed(episodes, tasks, rollouts, name, step, config, progress)
         if out_dir is not None:  # saved before the check below, so crashed episodes can be read too
             (out_dir / "eval").mkdir(parents=True, exist_ok=True)
             write_jsonl(episodes, out_dir / "eval" / f"step-{step:06d}.jsonl")
         check_failed(episodes, name, config, progress)
-        outcomes = {ep.task_id: 0.0 if ep.failed else solved(ep.metrics, ep.outcome, metric) for ep in episodes}
+        outcomes = {ep.task_id: 0.0 if ep.failed else solved(ep.metrics, ep.outcome, rollouts.success_metric(ep))
+                    for ep in episodes}  # fmt: skip
         details = {ep.task_id: eval_details(ep) for ep in episodes}
         means = held_out_means(details, outcomes)
+        per_env = {}
+        for name in names or ():  # eval/<name>/success, eval/<name>/outcome, eval/<name>/failed
+            mine = {t: v for t, v in outcomes.items() if t.startswith(f"{name}/")}
+            per_env |= {f"eval/{name}/success": float(np.mean(list(mine.values()))) if mine else 0.0,
+                        f"eval/{name}/failed": float(sum(ep.failed for ep in episodes if ep.task_id.startswith(f"{name}/")))}  # fmt: skip
+            per_env |= {(f"eval/{name}/outcome" if k == "outcome" else f"eval/{name}/metric/{k}"): v
+                        for k, v in held_out_means(details, mine).items()}  # fmt: skip
         logger.log(step, {"eval/success": float(np.mean(list(outcomes.values()))) if outcomes else 0.0,
                           "eval/failed": float(sum(ep.failed for ep in episodes)), "eval/replayed": float(replayed),
-                          **_means_record(means), **gpu_memory(), **(peaks.end("eval") if peaks else {})},
+                          **_means_record(means), **per_env, **gpu_memory(), **(peaks.end("eval") if peaks else {})},
                    echo=("eval/success",))  # fmt: skip
+        if names:
+            progress.line(f"{name} per env: " + ", ".join(f"{n} success={per_env[f'eval/{n}/success']:.3g}" for n in names))
         return outcomes, details
 
     return evaluate
@@ -766,6 +883,10 @@ def main(config_path: str | None, overrides: list[str] | None = None) -> int:
                 handle.write(f"training failed: {exc}\n")
         return 1
     if world()[0] == 0:
+        for name, part in summary.get("per_env", {}).items():
+            print(f"held-out success on {name} before RL: {part['success_before']:.3f}  after RL: "
+                  f"{part['success_after']:.3f}  ({part['gained']} tasks gained, {part['lost']} lost, "
+                  f"sign-test p={part['p_value']:.3g})")  # fmt: skip
         print(
             f"held-out success before RL: {summary['success_before']:.3f}  after RL: {summary['success_after']:.3f}"
             f"  ({summary['gained']} tasks gained, {summary['lost']} lost, sign-test p={summary['p_value']:.3g})"
