@@ -14,10 +14,16 @@ what agentrl's episode loop and evaluation read.
 
 A new environment is one subclass of :class:`TextEnv` that implements ``load_tasks`` and
 ``score`` (and usually ``make_tools`` and ``system_prompt``), plus one :func:`register` call.
+
+``fork() -> TextEnv`` (and :func:`fork_env` for a made env, wrappers included): an independent env
+in the same state mid-episode, so that the same actions give the same observations and rewards in
+both and neither sees the other's later changes (tree rollouts, :mod:`agentrl.rollout.tree`). An env
+declares how (:attr:`TextEnv.fork_method`) or why it cannot (:attr:`TextEnv.fork_unsupported`).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,6 +101,19 @@ class TextEnv(gym.Env[str, str]):
     #: The final-info metric that says the task was solved (a value >= 1 counts; see :func:`solved`).
     #: Training (``eval/success``) and evaluation (the ``success`` column) both read it.
     success_metric: str = "reward"
+    #: How :meth:`fork` reaches this env's state, in a word shown to users (``"copy"``: the episode's
+    #: state is copied, the tools are rebuilt on resources of the fork's own); None: it cannot fork,
+    #: and :attr:`fork_unsupported` says why. An env opts in: a subclass may keep state that a copy
+    #: would share (a tool's closure), so the base class does not claim that a copy is a fork.
+    fork_method: str | None = None
+    #: Why :meth:`fork` is refused (with ``fork_method = None``).
+    fork_unsupported: str = (
+        "it does not declare how its state is forked (set TextEnv.fork_method; see TextEnv.fork)"
+    )
+    #: Tools whose calls change state that the episode's record does not hold (a python interpreter's
+    #: variables and files): :meth:`fork` replays their calls, in order, into the fork's own fresh
+    #: tools and checks that each gives the same observation text as it did here.
+    stateful_tools: tuple[str, ...] = ()
 
     def __init__(self, *, split: str = "train", render_mode: str | None = None):
         if split not in self.splits:
@@ -110,6 +129,7 @@ class TextEnv(gym.Env[str, str]):
         self._turn = 0
         self._done = False
         self._metrics: dict[str, float] = {}
+        self._stateful_calls: list[tuple[str, dict[str, Any], str]] = []  # (tool, arguments, observation)
 
     # ----------------------------------------------------------------- hooks for subclasses
     def load_tasks(self, split: str) -> Sequence[Task]:
@@ -130,6 +150,68 @@ class TextEnv(gym.Env[str, str]):
 
     def on_close(self) -> None:
         """Release resources (sandboxes, servers). Must be safe to call twice."""
+
+    def fork_detach(self) -> None:
+        """Fork hook, on the fork (a shallow copy of the parent): drop every reference to a resource
+        the parent owns (a sandbox slot, a server handle, an HTTP client), without any I/O, so that
+        closing the fork can never touch the parent's. Runs before :meth:`fork_attach`."""
+
+    def fork_attach(self, parent: TextEnv) -> None:
+        """Fork hook, on the fork: acquire resources of its own and bring them to ``parent``'s state
+        (e.g. a session copied on the server). The episode state (task, turn, transcript, metrics,
+        RNG) is already copied; :meth:`make_tools` runs next, then the stateful tools' replay.
+        If it raises, the fork is closed (:meth:`on_close`) and the error propagates."""
+
+    # ----------------------------------------------------------------- fork
+    def fork(self) -> TextEnv:
+        """An independent env in this env's state mid-episode: the same actions give the same
+        observations and rewards in both, and neither sees the other's later changes.
+
+        The fork is a shallow copy with the episode state copied (task, turn, transcript, metrics,
+        the RNG), then :meth:`fork_detach` / :meth:`fork_attach` give it resources of its own (a
+        sandbox lease from the same pool, a session on the server), :meth:`make_tools` builds its
+        tools, and the calls of :attr:`stateful_tools` are replayed into them. Close it like any env.
+
+        Raises:
+            NotImplementedError: the env cannot fork (:attr:`fork_unsupported` says why).
+            EnvError: before ``reset()``, after the episode ended, or a replayed stateful call gave
+                another observation than it did here (the tool is not deterministic).
+        """
+        if self.fork_method is None:
+            raise NotImplementedError(f"{type(self).__name__} cannot fork: {self.fork_unsupported}")
+        if self.task is None:
+            raise EnvError("fork() needs an episode in progress: call reset() first")
+        if self._done:
+            raise EnvError("the episode is over: there is no state left to fork")
+        child = copy.copy(self)
+        child._transcript = list(self._transcript)
+        child._metrics = dict(self._metrics)
+        child._stateful_calls = list(self._stateful_calls)
+        child._tools = {}
+        if getattr(self, "_np_random", None) is not None:
+            child._np_random = copy.deepcopy(self._np_random)
+        child.fork_detach()
+        try:
+            child.fork_attach(self)
+            child._tools = {t.name: t for t in child.make_tools()}
+            child._replay_stateful_calls()
+        except BaseException:
+            try:
+                child.on_close()
+            finally:
+                child._tools = {}
+            raise
+        return child
+
+    def _replay_stateful_calls(self) -> None:
+        for index, (name, arguments, text) in enumerate(self._stateful_calls):
+            outcome = self._tools[name].call(arguments)
+            if outcome.text != text:
+                raise EnvError(
+                    f"fork of {type(self).__name__}: replaying stateful call {index} ({name}) gave another "
+                    f"observation than the original did, so the tool is not deterministic and the fork "
+                    f"would not be in the same state (first difference near: {_first_difference(text, outcome.text)!r})"
+                )
 
     # ----------------------------------------------------------------- public helpers
     @property
@@ -176,6 +258,7 @@ class TextEnv(gym.Env[str, str]):
         self._turn = 0
         self._done = False
         self._metrics = {"tool_calls": 0.0, "tool_errors": 0.0, "format_errors": 0.0, "void_turns": 0.0}
+        self._stateful_calls = []
         obs = self.render_task(task)
         self._transcript = [("task", obs)]
         return obs, {
@@ -270,6 +353,8 @@ class TextEnv(gym.Env[str, str]):
                 )
             )
             self._metrics["tool_calls"] += 1
+            if call.name in self.stateful_tools and call.name in self._tools:
+                self._stateful_calls.append((call.name, dict(call.arguments), outcome.text))
             if not outcome.ok:
                 self._metrics["tool_errors"] += 1
             outcomes.append(outcome)
@@ -287,6 +372,42 @@ class TextEnv(gym.Env[str, str]):
             return outcomes[0].text
         parts += [f"[{o.name}] {o.text}" for o in outcomes]
         return "\n\n".join(parts)
+
+
+def _first_difference(a: str, b: str) -> str:
+    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return b[max(at - 20, 0) : at + 40]
+
+
+def fork_env(env: gym.Env) -> gym.Env:
+    """Fork a made env (``make``'s wrappers included: their counters are copied): the
+    :meth:`TextEnv.fork` of the env inside, wrapped by copies of the same wrappers."""
+    if isinstance(env, gym.Wrapper):
+        inner = fork_env(env.env)
+        try:
+            child = copy.copy(env)
+            child.env = inner
+        except BaseException:
+            inner.close()
+            raise
+        return child
+    if not isinstance(env, TextEnv):
+        raise NotImplementedError(f"{type(env).__name__} is not a TextEnv and has no fork()")
+    return env.fork()
+
+
+def fork_support(env: Any) -> tuple[str | None, str]:
+    """``(method, reason)`` of an env (made or not; a registered id is read from its class, no env
+    is built): ``method`` None when it cannot fork (a remote env, or an env that declares so)."""
+    if isinstance(env, str):
+        make_kwargs = gym.spec(env).kwargs if env in ENV_DESCRIPTIONS else {}
+        if "entry_point" not in make_kwargs:
+            return None, f"{env!r} is not a registered agentrl env"
+        env = load_entry_point(make_kwargs["entry_point"])
+    inner = env.unwrapped if isinstance(env, gym.Env) else env
+    if not (isinstance(inner, TextEnv) or (isinstance(inner, type) and issubclass(inner, TextEnv))):
+        return None, f"{getattr(inner, '__name__', type(inner).__name__)} is not an in-process TextEnv"
+    return inner.fork_method, inner.fork_unsupported if inner.fork_method is None else ""
 
 
 # --------------------------------------------------------------------------- wrappers

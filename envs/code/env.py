@@ -74,6 +74,12 @@ class CodeEnv(TextEnv):
 
     success_metric = "correct"
     splits = ("train", "dev", "test")
+    # the state is the interpreter's (variables, files in its work dir): a fork leases a pristine
+    # sandbox from the same pool and replays the episode's python cells into it, checking each
+    # output (a snapshot of the lease's files would miss the interpreter's memory: see
+    # docs/guides/tree-rollouts.md for the measurement)
+    fork_method = "replay"
+    stateful_tools = ("python",)
 
     def __init__(
         self,
@@ -182,6 +188,9 @@ class CodeEnv(TextEnv):
         if self.void_turn_policy != "off":
             metrics["void_trajectory"] = float(self._metrics.get("void_turns", 0.0) > 0)
         return Score(float(correct), metrics)
+
+    def fork_detach(self) -> None:
+        self.slot = SandboxSlot(self.slot.backend, self.slot.pool_size, self.slot.lease_timeout_s, **self.slot.limits)
 
     def on_close(self) -> None:
         self.slot.release()

@@ -31,6 +31,10 @@ class GaiaBaseEnv(TextEnv):
     success_metric = "correct"
     system_prompt = GAIA_SYSTEM_PROMPT
     final_answer_prefix = True
+    # by its tools: search, open and the file readers are read-only (the episode record is copied);
+    # the python interpreter's state is replayed into a sandbox of the fork's own (as the code env)
+    fork_method = "replay"
+    stateful_tools = ("python",)
     #: Offer the sandboxed ``python`` tool (subclasses set these in ``__init__``).
     python: bool = False
     sandbox_backend: str = "auto"
@@ -56,6 +60,9 @@ class GaiaBaseEnv(TextEnv):
             self._slot = SandboxSlot(backend=self.sandbox_backend)
             tools.append(make_python_tool(self._slot, timeout_s=self.python_timeout_s))
         return tools
+
+    def fork_detach(self) -> None:
+        self._slot = None  # the parent's lease; make_tools gives the fork a slot of its own
 
     def _release_sandbox(self) -> None:
         slot, self._slot = self._slot, None

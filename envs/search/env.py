@@ -86,6 +86,9 @@ class SearchEnv(TextEnv):
     success_metric = "em"
     system_prompt = TOOL_PROMPT
     splits = ("train", "dev", "test")
+    # the state is the episode record (the retriever is read-only and shared, a remote one gets a
+    # client of its own): a fork copies it
+    fork_method = "copy"
 
     def __init__(
         self,
@@ -158,6 +161,15 @@ class SearchEnv(TextEnv):
     def score(self, answer: str | None, task: Task) -> Score:
         metrics = qa_scores(answer, task.answer)
         return Score(reward=metrics[self.reward_kind], metrics=metrics)
+
+    def fork_detach(self) -> None:
+        if isinstance(self.retriever, RemoteRetriever):
+            self.retriever = None  # the parent's HTTP client: the fork opens its own (fork_attach)
+
+    def fork_attach(self, parent: TextEnv) -> None:
+        retriever = getattr(parent, "retriever", None)
+        if isinstance(retriever, RemoteRetriever):
+            self.retriever = RemoteRetriever(retriever.url, timeout=retriever._client.timeout.read or 10.0)
 
     def on_close(self) -> None:
         if isinstance(self.retriever, RemoteRetriever):

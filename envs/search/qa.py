@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentrl.env import Score, Task, TextEnv
-from agentrl.envs.search.env import TOOL_PROMPT, build_retriever, check_reward
+from agentrl.envs.search.env import TOOL_PROMPT, SearchEnv, build_retriever, check_reward
 from agentrl.errors import EnvError
 from agentrl.paths import benchmark_dir, check_file
 from agentrl.scorers.qa import qa_scores
@@ -96,6 +96,10 @@ class SearchQAEnv(TextEnv):
 
     success_metric = "em"
     splits = ("test",)
+    # the state is the episode record; a remote retriever gets a client of its own (as SearchEnv)
+    fork_method = "copy"
+    fork_detach = SearchEnv.fork_detach
+    fork_attach = SearchEnv.fork_attach
 
     def __init__(
         self,

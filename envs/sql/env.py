@@ -80,6 +80,9 @@ class SQLEnv(TextEnv):
 
     success_metric = "correct"
     splits = ("train", "dev", "test")
+    # the database is read-only, so the state is the episode's history: a fork copies it and leases
+    # a sandbox of its own from the same pool (its database copy is made on its first query)
+    fork_method = "history"
 
     def __init__(
         self,
@@ -186,6 +189,11 @@ class SQLEnv(TextEnv):
         except (ToolError, SandboxError):
             return None
         return None if result.error else result.rows
+
+    def fork_detach(self) -> None:
+        self.slot = SandboxSlot(self.slot.backend, self.slot.pool_size, self.slot.lease_timeout_s, **self.slot.limits)
+        self.runner = None
+        self._runners = {}
 
     def _release(self) -> None:
         for runner in self._runners.values():

@@ -147,6 +147,24 @@ class PageParser(HTMLParser):
         )
 
 
+def _repoint(page: Page, old: str, new: str) -> Page:
+    """A deep copy of ``page`` whose links and forms point at session path ``new`` instead of ``old``."""
+    import copy
+
+    def move(url: str | None) -> str | None:
+        return new + url[len(old) :] if url is not None and url.startswith(old) else url
+
+    page = copy.deepcopy(page)
+    forms = {id(c.form): c.form for c in page.clickables if c.form is not None}
+    if page.search_form is not None:
+        forms[id(page.search_form)] = page.search_form
+    for form in forms.values():
+        form.action = move(form.action) or ""
+    for clickable in page.clickables:
+        clickable.href = move(clickable.href)
+    return page
+
+
 def parse_page(html_text: str) -> Page:
     parser = PageParser()
     parser.feed(html_text)
@@ -194,6 +212,33 @@ class Browser:
         self.generation = self.server.generation
         self.page = parse_page(response.text)
         return self.page
+
+    def fork(self, client: httpx.Client, server: ShopServer | None = None) -> Browser:
+        """A browser on a copy of this session (``POST /api/sessions/{sid}/fork`` on the server) and
+        of this page (its links re-pointed at the new session), with the same counters.
+
+        Raises:
+            EnvError: no session to fork, or the server cannot fork one (an older shop server).
+        """
+        if self.session_id is None or self.page is None:
+            raise EnvError("the browser has no session to fork: open() one first")
+        server = server or self.server
+        try:
+            response = client.post(f"{server.url}/api/sessions/{self.session_id}/fork")
+        except httpx.TransportError as exc:
+            raise EnvError(f"the shop server did not answer the fork of session {self.session_id}: {exc}") from exc
+        if response.status_code != 200:
+            raise EnvError(f"the shop server could not fork session {self.session_id} (HTTP {response.status_code}; "
+                           f"a server without POST /api/sessions/{{sid}}/fork is too old to fork)")  # fmt: skip
+        sid = response.json()["session_id"]
+        child = Browser(server, client)
+        child.session_id = sid
+        child.page = _repoint(self.page, f"/s/{self.session_id}", f"/s/{sid}")
+        child.generation = self.generation
+        child.invalid_actions, child.server_restarts = self.invalid_actions, self.server_restarts
+        child.purchase = dict(self.purchase) if self.purchase is not None else None
+        child._instruction, child._goal = self._instruction, self._goal
+        return child
 
     def close(self) -> None:
         """Delete the session on the server (best effort: a dead server has no sessions)."""

@@ -53,6 +53,10 @@ class WebShopEnv(TextEnv):
     success_metric = "success"
     system_prompt = SYSTEM_PROMPT
     splits = ("train", "dev", "test")
+    # the state is the shop session (server side: instruction, goal, purchase; the page's URLs hold
+    # the rest): a fork copies it over HTTP (POST /api/sessions/{sid}/fork) and holds the shared
+    # server by a reference of its own
+    fork_method = "session"
 
     def __init__(
         self,
@@ -153,6 +157,21 @@ class WebShopEnv(TextEnv):
         if self._server is not None:
             manager.release(self._server)
             self._server = None
+
+    def fork_detach(self) -> None:
+        self._server = self._client = self._browser = None
+        self._closed = False
+
+    def fork_attach(self, parent: TextEnv) -> None:
+        assert isinstance(parent, WebShopEnv)
+        browser = parent._browser
+        if browser is None:
+            raise EnvError("the web env has no shop session to fork: call reset() first")
+        if parent._server is not None:  # a reference of our own to the shared server (released on close)
+            self._server = manager.acquire(seed=self.catalog_seed, n_products=self.n_products,
+                                           data_dir=self.data_dir, backend=self.backend)  # fmt: skip
+        self._client = httpx.Client(timeout=self.timeout_s)
+        self._browser = browser.fork(self._client, self._server or browser.server)
 
     # ------------------------------------------------------------------ internals
     def _goal_of(self, task: Task) -> Goal:

@@ -13,7 +13,8 @@ Pages (all HTML, every user-supplied string escaped):
   session and carries the purchase as JSON in ``<script id="purchase">``.
 
 JSON API: ``POST /api/sessions`` ``{"instruction": str, "goal": {...}?}`` -> ``{"session_id"}``,
-``DELETE /api/sessions/{sid}``, ``GET /api/health``. An unknown session answers 404 with the header
+``DELETE /api/sessions/{sid}``, ``POST /api/sessions/{sid}/fork`` -> ``{"session_id"}`` (a new
+session in the same state: instruction, goal, purchase; the page state lives in the URLs), ``GET /api/health``. An unknown session answers 404 with the header
 ``X-Shop-Error: unknown-session`` (the server restarted or the session was evicted).
 
 Run: ``python -m agentrl.envs.web.server --port 0 --seed 0`` prints one ``READY {json}`` line
@@ -333,6 +334,17 @@ class Shop:
             self.sessions.popitem(last=False)
         return JSONResponse({"session_id": sid})
 
+    async def fork_session(self, request: Request) -> Response:
+        session = self.sessions.get(request.path_params["sid"])
+        if session is None:
+            return JSONResponse({"error": "unknown session"}, status_code=404, headers={"X-Shop-Error": "unknown-session"})
+        sid = uuid.uuid4().hex
+        purchase = dict(session.purchase) if session.purchase is not None else None
+        self.sessions[sid] = Session(instruction=session.instruction, goal=session.goal, purchase=purchase)
+        while len(self.sessions) > MAX_SESSIONS:
+            self.sessions.popitem(last=False)
+        return JSONResponse({"session_id": sid})
+
     async def delete_session(self, request: Request) -> Response:
         existed = self.sessions.pop(request.path_params["sid"], None) is not None
         return JSONResponse({"deleted": existed})
@@ -356,6 +368,7 @@ def create_app(catalog: Catalog) -> Starlette:
         Route("/api/health", shop.health),
         Route("/api/sessions", shop.create_session, methods=["POST"]),
         Route("/api/sessions/{sid}", shop.delete_session, methods=["DELETE"]),
+        Route("/api/sessions/{sid}/fork", shop.fork_session, methods=["POST"]),
         Route("/s/{sid}", shop.search_page),
         Route("/s/{sid}/search", shop.results),
         Route("/s/{sid}/item/{asin}", shop.item),
