@@ -24,7 +24,6 @@ from agentrl.errors import ConfigError
 from agentrl.errors import check_choice as _choice
 from agentrl.rollout.settings import RolloutConfig as RolloutConfig  # the one rollout settings class
 
-
 # --------------------------------------------------------------------------- sections
 MIXTURE_ID = "mixture"  # env.id of a run whose envs are listed in env.mixture
 # EnvConfig fields that only a mixture reads (a single env refuses them rather than ignore them)
@@ -454,6 +453,7 @@ NOT_EVAL_SETTINGS = {
     "env.filter_failed": "as filter_window", "env.filter_cooldown": "as filter_window",
     "rollout.group_size": "training samples per task (evals run one per task)",
     "rollout.branches": "training tree rollouts (evals run chains)", "rollout.branch_at": "training tree rollouts",
+    "rollout.fork": "training tree rollouts: how a branch reaches its branch point (the same state either way)",
     "rollout.tasks_per_step": "training batch", "rollout.temperature": "training sampling (evals use train.eval_temperature)",
     "rollout.concurrency": "episodes in flight: the same episodes, batched otherwise (float sums may "
                            "differ in their last bits)",

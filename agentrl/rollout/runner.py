@@ -94,6 +94,7 @@ class _Job:
     sampling_seed: int  # the episode's own sampling stream (see Runner.arun)
     root: Episode | None = None  # tree rollouts: the episode this branch forks from
     replay: int = 0  # tree rollouts: how many of the root's turns the branch replays
+    trunk: tree.Trunk | None = None  # tree rollouts with rollout.fork=env: where the branch's env comes from
 
 
 def task_id(task: Any) -> str:
@@ -151,6 +152,8 @@ class Runner:
         if self.config.branches and policy_factory is not None:
             raise ConfigError("rollout.branches", "tree rollouts fork a model policy by replaying its tokens; a text "
                               "agent's own state (an oracle's, a chat agent's) is not replayed", "set rollout.branches=0")  # fmt: skip
+        self.fork_envs = self._fork_mode()
+        self._trunks: list[tree.Trunk] = []
         self.show_progress = sys.stdout.isatty() if progress is None else progress
         self.on_episode = on_episode
         self.lockstep, self.lockstep_wait_s = lockstep_mode(lockstep, generator)
@@ -174,6 +177,18 @@ class Runner:
         self._stalled: dict[int, str] = {}
         self._runs: dict[int, EpisodeRun] = {}  # latest attempt per job (partial record on failure)
 
+    def _fork_mode(self) -> bool:
+        """Whether tree branches get forks of one trunk env (rollout.fork), checked once: ``env`` on an
+        env that cannot fork is a ConfigError naming why; ``auto`` falls back to replay."""
+        if not self.config.branches or self.config.fork == "replay":
+            return False
+        from agentrl.env import fork_support
+
+        method, reason = fork_support(self.env if isinstance(self.env, str) else getattr(self.env, "env_class", self.env))
+        if method is None and self.config.fork == "env":
+            raise ConfigError("rollout.fork", f"{self.env_id} cannot fork: {reason}", "set rollout.fork=replay (or auto)")
+        return method is not None
+
     # ------------------------------------------------------------------ env plumbing
     def _make_env(self) -> Any:
         if isinstance(self.env, str):
@@ -190,7 +205,7 @@ class Runner:
             return await call_in_executor(executor, fn, *args, **kwargs)
 
         options, _ = _task_options(job.task)
-        env = await call(self._make_env)
+        env = await (job.trunk.take(call, self._make_env) if job.trunk is not None else call(self._make_env))
         if job.root is not None:
             policy = tree.ReplayPolicy(job.root.turns[: job.replay], policy)
         run = EpisodeRun(
@@ -398,6 +413,9 @@ class Runner:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watchdog
+            trunks, self._trunks = self._trunks, []
+            for trunk in trunks:  # a trunk no branch took (a cancelled run, failed branches) is closed
+                _close_quietly(trunk)
             if batcher is not None:
                 await batcher.stop()
                 self.generator.reset_cache()  # type: ignore[union-attr]  (frees the K/V memory)
@@ -426,9 +444,13 @@ class Runner:
                 continue
             replay = tree.branch_turn(root, cfg.branch_at, job.sampling_seed)
             tree.mark_shared(root, replay)
+            trunk = None
+            if self.fork_envs:
+                trunk = tree.Trunk(root, replay, cfg.branches, job.seed, _task_options(job.task)[0])
+                self._trunks.append(trunk)
             for b in range(1, per_tree):
                 jobs.append(replace(job, index=job_slot + b, sampling_seed=derive_seed(job.sampling_seed, "branch", b),
-                                    root=root, replay=replay))  # fmt: skip
+                                    root=root, replay=replay, trunk=trunk))  # fmt: skip
         return jobs
 
     def _account(self, episode: Episode) -> None:

@@ -39,7 +39,9 @@ class RolloutConfig:
     branches: int = 0
     """Tree rollouts (Tree-GRPO / ARPO style): after each root episode ends, this many more episodes fork from it at a turn boundary (branch_at) and continue on their own; a root and its branches form one group, and the turns they share are left out of the loss. 0 = chains (group_size independent episodes per task)."""
     branch_at: str = "last"
-    """With branches > 0: where a branch forks from its root: last (before the root's last turn: the answer, for a search agent) | uniform (a turn boundary drawn uniformly, seeded)."""
+    """With branches > 0: where a branch forks from its root: last (before the root's last turn: the answer, for a search agent) | uniform (a turn boundary drawn uniformly, seeded) | entropy (ARPO: after the tool result whose next turn starts with the highest first-token entropy; last when the root has no such turn or no entropies)."""
+    fork: str = "replay"
+    """With branches > 0: how a branch reaches its branch point: replay (each branch replays the root's turns into an env of its own) | env (the turns are replayed once into one env, which the env's fork() copies for each branch: fewer tool calls and sandbox cells; an env that cannot fork is an error) | auto (env where the env forks, else replay)."""
     tasks_per_step: int = 4
     """Tasks sampled per training step."""
     concurrency: int = 8
@@ -147,7 +149,8 @@ class RolloutConfig:
         """Tree rollouts: branches >= 0, branch_at a known rule, and a context a branch can replay."""
         if self.branches < 0:
             raise ConfigError(f"{prefix}.branches", f"must be >= 0 (0 = chains), got {self.branches}")
-        check_choice(f"{prefix}.branch_at", self.branch_at, ("last", "uniform"))
+        check_choice(f"{prefix}.branch_at", self.branch_at, ("last", "uniform", "entropy"))
+        check_choice(f"{prefix}.fork", self.fork, ("replay", "env", "auto"))
         if self.branches and self.folding != "none":
             raise ConfigError(f"{prefix}.branches", f"tree rollouts replay a root's turns in order, which "
                               f"folding={self.folding} does not keep", "set rollout.folding=none or rollout.branches=0")  # fmt: skip

@@ -19,16 +19,30 @@ when its branches ask, so a branch prefills only the last observation.
 
 Where to branch (``rollout.branch_at``): ``last`` forks before the root's last turn (a search
 agent's answer); ``uniform`` draws a turn boundary uniformly from the root's own seed (Tree-GRPO's
-random expansion). Tree-GRPO's inter-tree term (comparing roots of one task) is not computed: each
-tree is its own group.
+random expansion); ``entropy`` forks after the tool result whose next turn's first token had the
+highest entropy (ARPO's trigger: uncertainty spikes right after a tool result).
+
+How a branch reaches the branch point (``rollout.fork``): ``replay`` (each branch replays the
+prefix into an env of its own, as above) or ``env``: a :class:`Trunk` replays the prefix once into
+one env and hands each branch a :func:`agentrl.env.fork_env` copy of it (the last branch gets the
+trunk itself), behind a :class:`PrefixedEnv` that answers the replayed steps from the trunk's
+record, so the episode loop and the token check are the same. Tool calls and sandbox cells of the
+prefix then run once per tree instead of once per branch. ``auto`` picks ``env`` where the env forks.
+
+Tree-GRPO's inter-tree term (comparing the trees of one task) is an estimator
+(``algo.advantage: tree_grpo``, :func:`agentrl.algos.advantages.tree_grpo`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentrl.errors import EpisodeError
+import gymnasium as gym
+
+from agentrl.errors import EnvError, EpisodeError
 from agentrl.rollout.generators.base import GenerationOutput, SamplingParams, derive_seed
 from agentrl.trajectory import Episode, Turn
 
@@ -40,7 +54,24 @@ def branch_turn(root: Episode, rule: str, seed: int) -> int:
         return max(turns - 1, 0)
     if rule == "uniform":
         return random.Random(derive_seed(seed, "branch_at")).randrange(turns)
+    if rule == "entropy":
+        return entropy_branch_turn(root)
     raise ValueError(f"unknown branch rule {rule!r}")
+
+
+def entropy_branch_turn(root: Episode) -> int:
+    """ARPO's trigger: the turn boundary right after a tool result whose next turn's first token had
+    the highest entropy (the earliest on a tie). Candidates are turns k >= 1 whose previous turn
+    called a tool; without one, or without entropies, the ``last`` rule."""
+    turns = root.turns
+    best, best_h = None, float("-inf")
+    for k in range(1, len(turns)):
+        entropy = turns[k].output_entropy
+        if not turns[k - 1].tool_calls or not entropy:
+            continue
+        if entropy[0] > best_h:
+            best, best_h = k, entropy[0]
+    return best if best is not None else max(len(turns) - 1, 0)
 
 
 def mark_shared(episode: Episode, turns: int) -> None:
@@ -102,3 +133,74 @@ def finish_branch(branch: Episode, root: Episode, turns: int) -> None:
 
 def _turn(episode: Episode, index: int) -> Turn:
     return next(t for t in episode.turns if t.index == index)
+
+
+class PrefixedEnv(gym.Wrapper):
+    """A forked env (already at the branch point) that answers ``reset`` and the first replayed
+    ``step`` calls from the trunk's record, then steps the fork itself. An action that differs from
+    the recorded one is an error (the branch's replay must be the root's)."""
+
+    def __init__(self, env: gym.Env, reset: tuple[str, dict[str, Any]], steps: list[tuple[str, tuple[Any, ...]]]):
+        super().__init__(env)
+        self._reset, self._steps, self._next = reset, steps, 0
+
+    def reset(self, **kwargs: Any) -> tuple[str, dict[str, Any]]:
+        self._next = 0
+        return self._reset[0], dict(self._reset[1])
+
+    def step(self, action: str) -> tuple[Any, ...]:
+        if self._next < len(self._steps):
+            recorded, result = self._steps[self._next]
+            self._next += 1
+            if action != recorded:
+                raise EnvError(f"forked branch: replayed action {self._next - 1} differs from the trunk's")
+            obs, reward, terminated, truncated, info = result
+            return obs, reward, terminated, truncated, dict(info)
+        return self.env.step(action)
+
+
+class Trunk:
+    """One root's branch point, reached once (``rollout.fork: env``): the root's reset and first
+    ``turns`` actions are replayed into one env, which each branch then gets a fork of; the last
+    branch to ask takes the trunk env itself, so a tree holds at most one env (and sandbox lease)
+    more than its running branches. A branch that asks again (a retry) gets a fresh trunk."""
+
+    def __init__(self, root: Episode, turns: int, branches: int, seed: int | None, options: dict[str, Any] | None):
+        self.root, self.turns, self.left = root, turns, branches
+        self.seed, self.options = seed, options
+        self.env: gym.Env | None = None
+        self._record: tuple[tuple[str, dict[str, Any]], list[tuple[str, tuple[Any, ...]]]] | None = None
+        self._lock = asyncio.Lock()
+
+    async def take(self, call: Callable[..., Awaitable[Any]], make_env: Callable[[], Any]) -> gym.Env:
+        """An env at the branch point for one branch (a fork, or the trunk itself for the last)."""
+        from agentrl.env import fork_env
+
+        async with self._lock:
+            if self.env is None:
+                env = await call(make_env)
+                try:
+                    reset = await call(env.reset, seed=self.seed, options=self.options)
+                    steps = []
+                    for turn in self.root.turns[: self.turns]:
+                        steps.append((turn.action_text, await call(env.step, turn.action_text)))
+                        if steps[-1][1][2] or steps[-1][1][3]:
+                            raise EpisodeError(f"fork of episode {self.root.episode_id}: the trunk's episode ended "
+                                               f"at replayed turn {len(steps) - 1}, before the branch point")  # fmt: skip
+                except BaseException:
+                    await call(env.close)
+                    raise
+                self.env, self._record = env, (reset, steps)
+            assert self._record is not None
+            self.left -= 1
+            if self.left > 0:
+                env = await call(fork_env, self.env)
+            else:
+                env, self.env = self.env, None
+            return PrefixedEnv(env, *self._record)
+
+    def close(self) -> None:
+        """Close the trunk env if no branch took it (a run cancelled or failed part-way)."""
+        env, self.env = self.env, None
+        if env is not None:
+            env.close()
