@@ -32,6 +32,8 @@ singleton="zero"|"raw")``
 rollout_group[R], *, eps=1e-6, unbiased=True)``
 ``supo(outcome[R], rollout_group[R], finished[R], *, std_normalize=True,    ``[R]``
 mask_unfinished=True, baseline_includes_unfinished=True)``
+``tree_grpo(outcome[R], group_id[R], task_group[R], *, intra=1.0,          ``[R]``
+inter=1.0, std_normalize=True, eps=1e-6, unbiased=True)``
 ``to_tokens(turn_adv[B,K], turn_id[B,L])`` (0 where ``turn_id < 0``)        ``[B,L]``
 ==========================================================================  =================
 
@@ -82,7 +84,8 @@ Calling by name (the trainer never branches on names)
 =====================================================
 Importing this package registers every entry in ``agentrl.registry``:
 
-- ``ADVANTAGES``: grpo, drgrpo, gae, igpo, empg, gigpo, foldgrpo, supo (:class:`spec.Estimator`);
+- ``ADVANTAGES``: grpo, drgrpo, gae, igpo, empg, gigpo, foldgrpo, supo, tree_grpo, tree_intra,
+  tree_inter (:class:`spec.Estimator`);
 - ``LOSSES``: ppo_clip, grpo, drgrpo, dapo, gspo, turn_ppo, foldgrpo, foldact, clip_bias_norm,
   value (:class:`spec.Loss`);
 - ``KL_ESTIMATORS``: k1, k2, k3, low_var_kl (= k3): ``fn(logp, ref_logp, *, mask, clamp) -> [B,L]``.
@@ -128,6 +131,7 @@ from agentrl.algos.advantages import (
     info_gain,
     supo,
     to_tokens,
+    tree_grpo,
     turn_mean,
 )
 from agentrl.algos.kl import kl as kl_estimate
@@ -176,6 +180,7 @@ __all__ = [
     "spec",
     "supo",
     "to_tokens",
+    "tree_grpo",
     "turn_mean",
     "turn_ratio",
     "value_loss",

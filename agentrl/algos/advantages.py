@@ -55,6 +55,43 @@ def grpo(
     return adv
 
 
+def tree_grpo(
+    outcome: Tensor,
+    group_id: Tensor,
+    task_group: Tensor,
+    *,
+    intra: float = 1.0,
+    inter: float = 1.0,
+    std_normalize: bool = True,
+    eps: float = 1e-6,
+    unbiased: bool = True,
+) -> Tensor:
+    """Tree-GRPO (arXiv 2509.21240): ``A = intra * A_intra + inter * A_inter`` per rollout (leaf).
+
+    ``A_intra`` is the group-relative advantage within a tree (``group_id``: a root and its
+    branches), ``A_inter`` the same over every leaf of every tree of the task (``task_group``); the
+    paper adds the two (``intra = inter = 1``). ``inter=0`` is intra-tree GRPO alone (= ``grpo``
+    over trees), ``intra=0`` inter-tree alone (= ``grpo`` over tasks). A tree (or task) of one leaf
+    contributes 0 (as :func:`grpo`).
+
+    Args:
+        outcome: ``[R]`` outcome reward per rollout. group_id: ``[R]`` tree. task_group: ``[R]``
+            task (every tree of the same prompt shares it).
+        intra, inter: weights of the two terms.
+        std_normalize, eps, unbiased: as :func:`grpo`, for both terms.
+
+    Returns:
+        ``[R]`` advantages.
+    """
+    options = {"std_normalize": std_normalize, "eps": eps, "unbiased": unbiased}
+    adv = torch.zeros_like(outcome, dtype=torch.float32 if not outcome.is_floating_point() else outcome.dtype)
+    if intra:
+        adv = adv + intra * grpo(outcome, group_id, **options)
+    if inter:
+        adv = adv + inter * grpo(outcome, task_group, **options)
+    return adv
+
+
 def gae(
     rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float = 1.0, lam: float = 1.0
 ) -> tuple[Tensor, Tensor]:

@@ -193,6 +193,10 @@ def _grpo(b: Batch, o: dict[str, Any]) -> Tensor:
     return adv_lib.grpo(b["outcome"], b["group_id"], **o)
 
 
+def _tree_grpo(b: Batch, o: dict[str, Any]) -> Tensor:
+    return adv_lib.tree_grpo(b["outcome"], b["group_id"], b["task_group"], **o)
+
+
 def _gae(b: Batch, o: dict[str, Any]) -> tuple[Tensor, Tensor]:
     return adv_lib.gae(b["token_rewards"], b["values"], b["loss_mask"], **o)
 
@@ -301,6 +305,10 @@ ESTIMATORS: tuple[Estimator, ...] = (
     ),
     Estimator("foldgrpo", adv_lib.foldgrpo, "token", _foldgrpo, ("process_reward", *_ROLLOUT)),
     Estimator("supo", adv_lib.supo, "rollout", _supo, ("finished", *_ROLLOUT), keep_rollouts=_supo_keep),
+    # Tree-GRPO (tree rollouts, rollout.branches > 0): intra-tree + inter-tree, and each term alone
+    Estimator("tree_grpo", adv_lib.tree_grpo, "rollout", _tree_grpo, ("task_group", *_ROLLOUT)),
+    Estimator("tree_intra", adv_lib.tree_grpo, "rollout", _tree_grpo, ("task_group", *_ROLLOUT), {"inter": 0.0}),
+    Estimator("tree_inter", adv_lib.tree_grpo, "rollout", _tree_grpo, ("task_group", *_ROLLOUT), {"intra": 0.0}),
 )
 
 

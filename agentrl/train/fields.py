@@ -335,6 +335,16 @@ def _group_id(step: StepData) -> Tensor:
     return torch.tensor([ids.setdefault(ep.group_id or ep.episode_id, len(ids)) for ep in step.episodes])
 
 
+@producer("task_group", "rollout record", "[R]")
+def _task_group(step: StepData) -> Tensor:
+    """task of each rollout: every tree of one task shares it (Tree-GRPO's inter-tree group; = group_id for chains)."""
+    import re
+
+    ids: dict[str, int] = {}
+    groups = [re.sub(r"/tree\d+$", "", ep.group_id) if ep.group_id else ep.episode_id for ep in step.episodes]
+    return torch.tensor([ids.setdefault(group, len(ids)) for group in groups])
+
+
 @producer("finished", "rollout record", "[R]")
 def _finished(step: StepData) -> Tensor:
     """SUPO: a rollout is finished when it ended on its own (not cut by a summary/step/context limit)."""
