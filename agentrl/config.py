@@ -658,7 +658,8 @@ def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
             items = list(out[key])  # env.mixture.1.weight=2 (or env.1.weight=2): one entry's field
             for index, part in value.items():
                 if int(index) >= len(items):
-                    raise ConfigError(f"{key}[{index}]", f"there are {len(items)} entries", f"use an index below {len(items)}")
+                    where = "env" if key == "mixture" else key  # env.<i>.<field>: the mixture's entries
+                    raise ConfigError(f"{where}[{index}]", f"there are {len(items)} entries", f"use an index below {len(items)}")
                 items[int(index)] = _merge(items[int(index)], part) if isinstance(part, dict) else part
             out[key] = items
         else:

@@ -86,22 +86,28 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-def validate_mixture(env: Any, prefix: str = "env") -> None:
+# agentrl.config's env.id of a mixture, and the EnvConfig fields each entry sets (left at their defaults
+# at the top); this module does not import the config (the config's checks import this module)
+MIXTURE_ID = "mixture"
+PER_ENTRY = ("split", "eval_split", "max_turns", "max_obs_chars", "kwargs", "ray_resources")
+
+
+def validate_mixture(env: Any, prefix: str = "env", *, mixture_id: str = MIXTURE_ID,
+                     per_entry: Sequence[str] = PER_ENTRY) -> None:  # fmt: skip
     """Every check of a mixture (``EnvConfig.validate`` calls it); a ConfigError names the entry
     (``env[1].weight``) and the fix."""
-    from agentrl.config import MIXTURE_ID, PER_ENTRY
     from agentrl.env import registered_ids
     from agentrl.rollout.remote_env import validate_placement
 
     if not env.mixture:
         raise ConfigError(f"{prefix}.mixture", "is empty, but env.id says this run is a mixture",
                           "list the envs (env: [{id: ...}, ...]) or give env.id one registered id")  # fmt: skip
-    if env.id != MIXTURE_ID:
+    if env.id != mixture_id:
         raise ConfigError(f"{prefix}.id", f"is {env.id!r}, but a mixture names its envs per entry (env[i].id)",
                           f"leave {prefix}.id out when env is a list")  # fmt: skip
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
                 for f in dataclasses.fields(env)}  # fmt: skip
-    for name in PER_ENTRY:
+    for name in per_entry:
         if getattr(env, name) != defaults[name]:
             raise ConfigError(f"{prefix}.{name}", "is set for the whole mixture, where each env has its own",
                               f"set it per entry: env[i].{name}")  # fmt: skip
@@ -184,6 +190,16 @@ def validate_mixture(env: Any, prefix: str = "env") -> None:
                                   f"{other['format'][0]} and {other['format'][1]}: mismatched prompt formats",
                                   "mix envs that teach the same action and answer format")  # fmt: skip
         probes.append((i, info))
+
+
+def resolve(config: Any) -> Any:
+    """The mixture with every entry's defaults resolved (``name`` from the id, ``eval_episodes``
+    from ``train.eval_episodes``): what the run prints and saves in resolved_config.yaml."""
+    if not config.env.mixture:
+        return config
+    entries = tuple(dataclasses.replace(e, name=e.short_name(), eval_episodes=e.eval_episodes or config.train.eval_episodes)
+                    for e in config.env.mixture)  # fmt: skip
+    return dataclasses.replace(config, env=dataclasses.replace(config.env, mixture=entries))
 
 
 def check_mixture_run(config: Any) -> None:
@@ -279,11 +295,11 @@ class MixtureSampler:
             name = self.names[env]
             self._step_counts[f"mix/{name}/tasks"] = self._step_counts.get(f"mix/{name}/tasks", 0.0) + share
             for _ in range(share):
-                for _ in range(self.sizes[env]):  # pass over filtered tasks (all filtered: take the next)
+                for attempt in range(self.sizes[env]):  # pass over filtered tasks (all filtered: take one anyway)
                     flat = self._take(env)
                     if self.skip_until.get(flat, -1) <= self.step:
                         break
-                    key = f"mix/{name}/skipped_draws"
+                    key = f"mix/{name}/" + ("forced" if attempt == self.sizes[env] - 1 else "skipped_draws")
                     self._step_counts[key] = self._step_counts.get(key, 0.0) + 1
                 picked.append(flat)
         return picked
@@ -293,10 +309,12 @@ class MixtureSampler:
 
     def observe(self, step: int, picked: Sequence[int], pass_rates: Sequence[float | None]) -> dict[str, float]:
         """The step's groups (``picked[k]``'s pass rate, None when every episode of it failed to
-        run) into the filter; returns the step's sampler metrics (per env: tasks drawn, draws passed
-        over, tasks newly filtered as too easy / too hard, tasks being passed over now). The
-        filter's next step is ``step + 1``."""
-        metrics = {f"mix/{n}/{k}": 0.0 for n in self.names for k in ("tasks", "skipped_draws", "too_easy", "too_hard")}
+        run) into the filter; returns the step's sampler metrics, per env: ``tasks`` drawn,
+        ``skipped_draws`` (filtered tasks passed over), ``forced`` (every task of the env filtered:
+        one taken anyway), ``too_easy`` / ``too_hard`` (tasks filtered at this step), ``filtered``
+        (tasks being passed over from the next step). The filter's next step is ``step + 1``."""
+        metrics = {f"mix/{n}/{k}": 0.0 for n in self.names
+                   for k in ("tasks", "skipped_draws", "forced", "too_easy", "too_hard")}  # fmt: skip
         metrics |= self._step_counts
         self._step_counts = {}
         for flat, rate in zip(picked, pass_rates, strict=True):
@@ -351,6 +369,12 @@ class MixtureRollouts:
             self.train_tasks += [(i, t) for t in pool]
         self.sizes = [sum(1 for i, _ in self.train_tasks if i == k) for k in range(len(self.envs))]
         self.run_options = self.envs[0].run_options
+
+    def demo_count(self, count: int) -> int:
+        """How many demonstrations :meth:`demonstrations` plays for ``count`` asked."""
+        with_oracle = [i for i, e in enumerate(self.entries) if e.oracle]
+        shares = apportion(count, [self.entries[i].weight for i in with_oracle], [0] * len(with_oracle))
+        return sum(min(share, len(self.envs[i].train_tasks)) for i, share in zip(with_oracle, shares, strict=True))
 
     def held_out(self, default: int) -> list[tuple[int, Any]]:
         """Each env's first ``eval_episodes`` (its own, else ``default``) held-out tasks, env by env."""
@@ -486,5 +510,5 @@ def env_metrics(episodes: Sequence[Any], name_of: Callable[[Any], str], solved: 
     return out
 
 
-__all__ = ["MixtureRollouts", "MixtureSampler", "apportion", "check_envs_feed", "check_mixture_run", "env_metrics", "normalize_rewards",
+__all__ = ["MixtureRollouts", "MixtureSampler", "apportion", "check_envs_feed", "check_mixture_run", "resolve", "env_metrics", "normalize_rewards",
            "pass_rates", "validate_mixture"]  # fmt: skip

@@ -120,6 +120,7 @@ def refill_groups(episodes: list[Episode], kept: list[Episode], stats: dict[str,
             more, more_run = rollouts.run(
                 [rollouts.train_tasks[i] for i in picked], seed=derive_seed(seed, "rollout", step, "refill", rounds),
                 version=step, group_size=group_size, on_episode=phase.on_episode(), branches=config.rollout.branches,
+                **({"horizon_step": step} if config.env.mixture else {}),  # a mixture's curriculum budget
             )  # fmt: skip
         for ep in more:  # a task drawn again in a later round must not join an earlier round's group
             ep.group_id = f"refill{rounds}/{ep.group_id}"
@@ -205,6 +206,10 @@ class Rollouts:
         # not rollout settings: how this trainer runs them (quiet; decode batches lock-step with an
         # in-process generator, without a wait limit under train.deterministic: runner.lockstep_mode)
         self.run_options = {"progress": False, "lockstep": True if config.train.deterministic else None}
+
+    def demo_count(self, count: int) -> int:
+        """How many demonstrations :meth:`demonstrations` plays for ``count`` asked."""
+        return min(count, len(self.train_tasks))
 
     def held_out(self, count: int) -> list[Any]:
         """The first ``count`` held-out tasks (the same ones every eval)."""
@@ -365,6 +370,10 @@ def train(config: RunConfig) -> dict[str, Any]:
     from agentrl.rollout.generators.base import make_generator
     from agentrl.rollout.model import load_model
 
+    if config.env.mixture:  # entries' names and eval sizes resolved: printed and saved as they run
+        from agentrl.train.mixture import resolve
+
+        config = resolve(config)
     train_cfg, algo = config.train, config.algo
     if train_cfg.num_threads > 0:
         torch.set_num_threads(train_cfg.num_threads)
@@ -441,7 +450,7 @@ def train(config: RunConfig) -> dict[str, Any]:
 
         t0 = time.perf_counter()
         peaks.start()
-        wanted = min(train_cfg.sft_demos, len(rollouts.train_tasks))
+        wanted = rollouts.demo_count(train_cfg.sft_demos)
         with progress.phase("warm-up demonstrations", wanted, unit="episode", per_step=False) as phase:
             demos, n_fold = rollouts.demonstrations(train_cfg.sft_demos, train_cfg.seed,
                                                     on_episode=phase.on_episode("success", lambda ep: solved(
