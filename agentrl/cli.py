@@ -268,7 +268,7 @@ def serve(
     threads: int | None = typer.Option(None, help="hf engine: torch CPU threads (default: the CPUs usable)."),
 ) -> None:
     """Serve a model behind an OpenAI-compatible HTTP API (chat, completions, streaming, tools)."""
-    from agentrl.rollout.server import serve as run_server
+    from agentrl.serve.server import serve as run_server
 
     run_server(
         model=model,

@@ -27,7 +27,7 @@ from common import Row, parser, print_table, write_json  # noqa: E402
 from agentrl.eval.model_agent import ModelEvalConfig  # noqa: E402
 from agentrl.eval.runner import evaluate  # noqa: E402
 from agentrl.eval.suites import parse_suite  # noqa: E402
-from agentrl.rollout.server import BackgroundServer  # noqa: E402
+from agentrl.serve.server import BackgroundServer  # noqa: E402
 
 
 def measure(kind: str, mode: str, tasks: int, episode_s: float, request_s: float) -> Row:

@@ -27,7 +27,7 @@ from common import Row, parser, percentile, print_table, write_json  # noqa: E40
 
 from agentrl.rollout.generators.hf import HFGenerator  # noqa: E402
 from agentrl.rollout.model import load_model  # noqa: E402
-from agentrl.rollout.server import BackgroundServer, build_app  # noqa: E402
+from agentrl.serve.server import BackgroundServer, build_app  # noqa: E402
 
 ASK = "Count from 1 to 200, separated by commas."
 

@@ -160,7 +160,7 @@ def _gaia_server(tmp_path: Path, kind: str) -> dict[str, Any]:
     from agentrl.eval.runner import evaluate
     from agentrl.eval.suites import parse_suite
     from agentrl.rollout.model import load_tokenizer
-    from agentrl.rollout.server import BackgroundServer
+    from agentrl.serve.server import BackgroundServer
 
     servers = _chat_servers()
     records = servers.write_gaia_download(tmp_path)

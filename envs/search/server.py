@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.serving import listen_socket
+from agentrl.serve.sockets import listen_socket
 from agentrl.tools.search import Retriever
 
 

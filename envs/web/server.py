@@ -45,7 +45,7 @@ from starlette.routing import Route
 
 from agentrl.envs.web.catalog import Catalog, Goal, Product
 from agentrl.envs.web.reward import reward_for_purchase
-from agentrl.serving import listen_socket
+from agentrl.serve.sockets import listen_socket
 from agentrl.tools.search import TieBreak, import_bm25s, rank_top_k
 
 RESULTS_PER_PAGE = 10

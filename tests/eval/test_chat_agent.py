@@ -17,7 +17,7 @@ from agentrl.eval.chat_agent import action_from_reply, split_observation
 from agentrl.eval.model_agent import ModelEvalConfig
 from agentrl.eval.runner import evaluate
 from agentrl.eval.suites import parse_suite
-from agentrl.rollout.server import BackgroundServer
+from agentrl.serve.server import BackgroundServer
 
 
 def _suite(root: Path, *extra: str):

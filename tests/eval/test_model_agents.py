@@ -13,7 +13,7 @@ def tiny_server():
     """The serve app over a random-init tiny model with SmolLM2's tokenizer (fast, real HTTP)."""
     from agentrl.rollout.generators.hf import HFGenerator
     from agentrl.rollout.model import load_tokenizer, tiny_model
-    from agentrl.rollout.server import BackgroundServer, build_app
+    from agentrl.serve.server import BackgroundServer, build_app
 
     tokenizer = load_tokenizer("smollm2-135m")
     app = build_app(HFGenerator(tiny_model(tokenizer), tokenizer), tokenizer, "smollm2-135m")

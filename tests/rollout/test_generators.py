@@ -18,7 +18,7 @@ from agentrl.rollout.batcher import Batcher
 from agentrl.rollout.generators.base import SamplingParams, make_generator
 from agentrl.rollout.generators.hf import HFGenerator
 from agentrl.rollout.generators.openai import OpenAIGenerator
-from agentrl.rollout.server import BackgroundServer, build_app
+from agentrl.serve.server import BackgroundServer, build_app
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,8 @@ from agentrl.rollout.process_rewards import (
     branch_cases,
 )
 from agentrl.rollout.runner import RunStats, run_episodes
-from agentrl.rollout.server import BackgroundServer, build_app
 from agentrl.rollout.settings import RolloutConfig
+from agentrl.serve.server import BackgroundServer, build_app
 from agentrl.trajectory import build_batch, load, save
 
 from .test_agent import CALL

@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from agentrl.errors import ConfigError
-from agentrl.rollout.vllm_server import vllm_command
+from agentrl.serve.vllm_server import vllm_command
 
 CLI = str(Path(sys.executable).with_name("agentrl"))
 

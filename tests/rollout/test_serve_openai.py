@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from agentrl.rollout.generators.hf import HFGenerator
-from agentrl.rollout.server import BackgroundServer, build_app
+from agentrl.serve.server import BackgroundServer, build_app
 
 MSGS = [{"role": "user", "content": "Count from 1 to 10."}]
 

@@ -16,9 +16,9 @@ import pytest
 
 from agentrl.actions import format_tool_call
 from agentrl.rollout.generators.scripted import ScriptedGenerator
-from agentrl.rollout.server import BackgroundServer, build_app
 from agentrl.rollout.template import with_template
-from agentrl.rollout.textstream import ChoiceStream
+from agentrl.serve.server import BackgroundServer, build_app
+from agentrl.serve.textstream import ChoiceStream
 
 TOOLS = [
     {

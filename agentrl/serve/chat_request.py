@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.actions import TOOL_CALL_OPEN, format_tool_call
-from agentrl.rollout.openai_protocol import ApiError
 from agentrl.rollout.template import ChatFormat
+from agentrl.serve.openai_protocol import ApiError
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from agentrl.errors import ConfigError
 from agentrl.rollout.generators.base import SamplingParams
-from agentrl.rollout.textstream import TokenInfo
+from agentrl.serve.textstream import TokenInfo
 
 MAX_N = 16
 MAX_TOP_LOGPROBS = 20

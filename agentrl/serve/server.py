@@ -4,15 +4,15 @@ Endpoints: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions`` and
 ``POST /v1/chat/completions``, with streaming (server-sent events in OpenAI's chunk format, usage
 with ``stream_options.include_usage``), ``n``, stop strings and stop token ids, ``seed``,
 ``logprobs``/``top_logprobs``, and tool calling through the model's own chat template
-(:mod:`agentrl.rollout.chat_request`). Errors use OpenAI's shape (404 for an unknown model).
+(:mod:`agentrl.serve.chat_request`). Errors use OpenAI's shape (404 for an unknown model).
 
 Completions also follow vLLM's token-id conventions so that an RL client never re-tokenizes:
 ``prompt`` may be a list of token ids; ``return_tokens_as_token_ids`` spells tokens as
 ``"token_id:123"``; ``return_token_ids`` adds ``choices[i].token_ids``; ``stop_token_ids`` and
 ``top_k`` are accepted; the extra ``return_entropy`` adds ``choices[i].entropy``. Requests (and
 the ``n`` samples of one) are batched continuously: a request that arrives while others decode
-joins their batch at the next step (:mod:`agentrl.rollout.continuous`); tokens reach a stream as
-they are sampled. A request longer than the model's positions is refused alone (400). GPU serving is vLLM's own server: :mod:`agentrl.rollout.vllm_server`.
+joins their batch at the next step (:mod:`agentrl.serve.continuous`); tokens reach a stream as
+they are sampled. A request longer than the model's positions is refused alone (400). GPU serving is vLLM's own server: :mod:`agentrl.serve.vllm_server`.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from typing import Any
 
 from agentrl.errors import GeneratorError
 from agentrl.rollout.batcher import Batcher
-from agentrl.rollout.chat_request import ChatPrompt, chat_prompt
 from agentrl.rollout.generators.base import GenerationOutput, Generator, derive_seed
-from agentrl.rollout.openai_protocol import ApiError, LogprobFormatter, RequestParams, parse_params
-from agentrl.rollout.textstream import ChoiceStream, Delta
-from agentrl.serving import listen_socket
+from agentrl.serve.chat_request import ChatPrompt, chat_prompt
+from agentrl.serve.openai_protocol import ApiError, LogprobFormatter, RequestParams, parse_params
+from agentrl.serve.sockets import listen_socket
+from agentrl.serve.textstream import ChoiceStream, Delta
 
 
 def _tool_call_json(delta: Delta) -> list[dict[str, Any]]:
@@ -126,7 +126,7 @@ class _Job:
 
 def request_engine(generator: Generator, batching: str = "continuous") -> Any:
     """What runs the server's requests: continuous batching over an in-process HF model
-    (:mod:`agentrl.rollout.continuous`: requests join the running batch between decode steps), else
+    (:mod:`agentrl.serve.continuous`: requests join the running batch between decode steps), else
     (``batching="static"``, other generators) the :class:`Batcher` (one batched call at a time)."""
     from agentrl.errors import ConfigError
     from agentrl.rollout.generators.hf import HFGenerator
@@ -134,7 +134,7 @@ def request_engine(generator: Generator, batching: str = "continuous") -> Any:
     if batching not in ("continuous", "static"):
         raise ConfigError("--batching", f"must be continuous or static, got {batching!r}")
     if batching == "continuous" and isinstance(generator, HFGenerator):
-        from agentrl.rollout.continuous import ContinuousBatcher
+        from agentrl.serve.continuous import ContinuousBatcher
 
         return ContinuousBatcher(generator)
     return Batcher(generator)
@@ -452,13 +452,13 @@ def serve(
     """Serve ``model`` (+ ``adapter``) over HTTP until interrupted (``agentrl serve``).
 
     ``engine="hf"``: this server over the HF generator (CPU, or one GPU without vLLM);
-    ``engine="vllm"``: vLLM's own server (:mod:`agentrl.rollout.vllm_server`). The model is listed
+    ``engine="vllm"``: vLLM's own server (:mod:`agentrl.serve.vllm_server`). The model is listed
     as ``served_model_name``, else the adapter's folder name, else ``model``. ``batching``:
     continuous (default) or static (hf engine); ``threads``: torch's CPU threads (default: the CPUs
     this process may use), printed at start.
     """
     from agentrl.errors import ConfigError
-    from agentrl.rollout.vllm_server import adapter_name, run_vllm_server, vllm_command
+    from agentrl.serve.vllm_server import adapter_name, run_vllm_server, vllm_command
 
     if engine == "vllm":
         if max_tokens is not None:
