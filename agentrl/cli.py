@@ -318,7 +318,7 @@ def study(
 
     Per seed one warm-up, then every method from it on the same tasks and sample budget; finished
     runs are skipped on a re-run. Writes results.json, report.md and plots to the study's out_dir."""
-    from agentrl.train.study import main as study_main
+    from agentrl.study.orchestrator import main as study_main
 
     raise typer.Exit(study_main(str(config), list(ctx.args), max_runs=max_runs, parallel=parallel))
 

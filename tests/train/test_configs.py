@@ -32,7 +32,7 @@ def test_config_parses_and_validates(path):
 
 @pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.name)
 def test_study_config_builds_every_run(path, tmp_path):
-    from agentrl.train.study import load_study, plan
+    from agentrl.study.orchestrator import load_study, plan
 
     study = load_study(path, [f"out_dir={tmp_path}"])
     runs = plan(study)

@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from agentrl.errors import ConfigError
-from agentrl.train.study import load_study, plan
+from agentrl.study.orchestrator import load_study, plan
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
@@ -67,7 +67,7 @@ def test_plan_gives_every_arm_the_same_seed_tasks_budget_and_warm_up(tmp_path):
 def test_arms_train_in_the_precision_their_warm_up_resolved_from_auto(tmp_path, warm_value):
     """bf16_autocast=auto times bf16 when a run starts (1.06x to 1.27x on one shared H200, around the
     1.10x threshold): each arm takes its warm-up's resolved value instead of probing again."""
-    from agentrl.train.study import inherited_precision
+    from agentrl.study.orchestrator import inherited_precision
 
     study = load_study(write_study(
         tmp_path, overrides={"model.name": "smollm2-135m", **SMALL, "train.bf16_autocast": "auto"},

@@ -25,7 +25,7 @@ the same first ``eval_tasks`` held-out tasks. Runs go one at a time in ``agentrl
 subprocesses (the trainer picks the GPU when there is one). A run is finished when its
 ``summary.json`` exists; a re-run skips finished runs, and an unfinished one resumes from its last
 checkpoint (``train.save_every``) or starts over. ``results.json``, ``report.md`` and the plots
-(:mod:`agentrl.train.study_report`) are rewritten after every run, marked incomplete until all are.
+(:mod:`agentrl.study.report`) are rewritten after every run, marked incomplete until all are.
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
         raise ConfigError(f"study.{unknown[0]}", "unknown key", f"known keys: {', '.join(KEYS)}")
     for key in ("base", "methods", "seeds", "episodes", "eval_tasks"):
         if key not in raw:
-            raise ConfigError(f"study.{key}", "is required", "see agentrl/train/study.py for an example")
+            raise ConfigError(f"study.{key}", "is required", "see agentrl/study/orchestrator.py for an example")
     name = str(raw.get("name") or path.stem)
     out_dir = Path(raw.get("out_dir") or f"runs/studies/{name}")
     base = raw["base"]
@@ -440,8 +440,8 @@ def run_study(study: StudyConfig, *, max_runs: int | None = None, parallel: int 
     """Run what is not finished (at most ``max_runs`` arms this sitting, ``parallel`` runs at once), then
     write the results; finished runs whose settings the study now changes fail it first
     (:func:`check_finished`)."""
+    from agentrl.study.report import write_results
     from agentrl.train.progress import RunProgress
-    from agentrl.train.study_report import write_results
 
     if parallel < 1:
         raise ConfigError("--parallel", f"must be >= 1, got {parallel}", "use 1 to run one run at a time")
