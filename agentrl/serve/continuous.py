@@ -28,7 +28,8 @@ import torch
 
 from agentrl.rollout.batcher import RequestCallback
 from agentrl.rollout.generators.base import GenerationOutput, SamplingParams, check_fits, check_prompts
-from agentrl.rollout.generators.hf import HFGenerator, left_pad, roomy_cache
+from agentrl.rollout.generators.hf import HFGenerator, left_pad
+from agentrl.rollout.generators.kv_cache import roomy_cache
 from agentrl.rollout.generators.sampling import sample_next, top_pairs
 
 

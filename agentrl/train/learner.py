@@ -196,7 +196,7 @@ class Policy(nn.Module):
         """
         from transformers import DynamicCache
 
-        from agentrl.rollout.generators.hf import left_padded_cache
+        from agentrl.rollout.generators.kv_cache import left_padded_cache
 
         if not boundaries or min(boundaries) < 1 or max(boundaries) > sequence.numel():
             raise ValueError(f"boundaries must lie in [1, {sequence.numel()}], got {boundaries}")
