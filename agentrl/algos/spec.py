@@ -77,6 +77,10 @@ class Estimator:
     keep_rollouts: Callable[[dict[str, Tensor], Mapping[str, Any]], Tensor | None] | None = None
     diagnose: Callable[[dict[str, Tensor], Mapping[str, Any]], dict[str, float]] | None = None
     """(needs, options) -> mechanism metrics (IGPO's info gains, EMPG's scaling spread), logged per step."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """What a study report calls each ``diagnose`` metric it aggregates (metric key -> label)."""
+    table: tuple[str, ...] = ()
+    """The ``labels`` keys a study's report.md table shows (when any arm logged them)."""
 
     def __call__(self, *args: Any, **options: Any) -> Any:
         return self.fn(*args, **{**self.presets, **options})
@@ -290,6 +294,12 @@ ESTIMATORS: tuple[Estimator, ...] = (
         ("outcome", "group_id", "gt_logprob", *_TURN),
         extra_options={"info_gain_kind": "log_prob_diff"},
         diagnose=_igpo_diagnose,
+        labels={
+            "igpo/ig_nonzero_share": "IGPO: share of IG turns with non-zero gain",
+            "igpo/ig_nonzero_mean": "IGPO: mean non-zero gain",
+            "igpo/ig_abs_mean": "IGPO: mean |gain|",
+        },
+        table=("igpo/ig_nonzero_share", "igpo/ig_nonzero_mean"),
     ),  # fmt: skip
     Estimator(
         "empg",
@@ -299,6 +309,13 @@ ESTIMATORS: tuple[Estimator, ...] = (
         ("outcome", "group_id", "entropy", *_TURN),
         option_fns=(adv_lib.empg_grpo, adv_lib.empg),
         diagnose=_empg_diagnose,
+        labels={
+            "empg/scale_p10": "EMPG: scale g(H) p10",
+            "empg/scale_p50": "EMPG: scale g(H) p50",
+            "empg/scale_p90": "EMPG: scale g(H) p90",
+            "empg/scale_std": "EMPG: scale g(H) std",
+        },
+        table=("empg/scale_p10", "empg/scale_p90"),
     ),  # fmt: skip
     Estimator(
         "gigpo", adv_lib.gigpo, "turn", _gigpo, ("outcome", "group_id", "step_reward", "anchor_id", *_TURN)

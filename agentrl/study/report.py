@@ -16,18 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.algos.spec import ESTIMATORS
 from agentrl.train.trainer import compare_evals
 
-# metrics.jsonl key -> what the report calls it; mean over the run's RL steps where logged
+# metrics.jsonl key -> what the report calls it; mean over the run's RL steps where logged. Each
+# estimator's diagnostics carry their own labels (agentrl.algos.spec.Estimator.labels/table).
 MECHANISMS = {
     "env/reward": "train reward",
-    "igpo/ig_nonzero_share": "IGPO: share of IG turns with non-zero gain",
-    "igpo/ig_nonzero_mean": "IGPO: mean non-zero gain",
-    "igpo/ig_abs_mean": "IGPO: mean |gain|",
-    "empg/scale_p10": "EMPG: scale g(H) p10",
-    "empg/scale_p50": "EMPG: scale g(H) p50",
-    "empg/scale_p90": "EMPG: scale g(H) p90",
-    "empg/scale_std": "EMPG: scale g(H) std",
+    **{key: label for est in ESTIMATORS for key, label in est.labels.items()},
     "loss/clipfrac": "clip fraction",
     "loss/clip_bias_scale": "ST-PPO: clip-bias scale",
     "ctx/main_tokens": "main-thread tokens / episode",
@@ -38,7 +34,7 @@ MECHANISMS = {
     "fold/penalised_tokens": "penalised tokens / episode",
 }
 # shown in report.md's table when any arm has them
-TABLE_MECHANISMS = ("igpo/ig_nonzero_share", "igpo/ig_nonzero_mean", "empg/scale_p10", "empg/scale_p90",
+TABLE_MECHANISMS = (*(key for est in ESTIMATORS for key in est.table),
                     "loss/clipfrac", "ctx/main_tokens", "fold/branches", "fold/process_penalty")  # fmt: skip
 
 

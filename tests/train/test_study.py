@@ -146,6 +146,19 @@ def test_the_cli_refuses_a_bad_study_with_exit_2(tmp_path):
 
 
 # --------------------------------------------------------------------------- mechanism metrics
+def test_the_report_labels_each_estimators_diagnostics_from_the_estimator():
+    from agentrl.algos.spec import ESTIMATORS
+    from agentrl.study.report import MECHANISMS, TABLE_MECHANISMS
+
+    for est in ESTIMATORS:
+        assert set(est.table) <= set(est.labels), est.name
+        assert all(key.startswith(f"{est.name}/") for key in est.labels), est.name
+        assert {k: MECHANISMS[k] for k in est.labels} == dict(est.labels)
+        assert set(est.table) <= set(TABLE_MECHANISMS)
+    assert MECHANISMS["igpo/ig_nonzero_share"] == "IGPO: share of IG turns with non-zero gain"
+    assert TABLE_MECHANISMS[:4] == ("igpo/ig_nonzero_share", "igpo/ig_nonzero_mean", "empg/scale_p10", "empg/scale_p90")
+
+
 def test_igpo_diagnostics_count_the_information_gain_turns():
     from agentrl.registry import ADVANTAGES
 
@@ -162,6 +175,7 @@ def test_igpo_diagnostics_count_the_information_gain_turns():
     assert d["igpo/ig_nonzero_mean"] == pytest.approx(0.75)
     assert d["igpo/ig_abs_mean"] == pytest.approx(0.375)
     assert ADVANTAGES.get("grpo").diagnostics(batch, {}) == {}
+    assert set(ADVANTAGES.get("igpo").labels) <= set(d)  # the report's labels name metrics it logs
 
 
 def test_empg_diagnostics_give_the_spread_of_the_scale_the_estimator_uses():
@@ -180,6 +194,7 @@ def test_empg_diagnostics_give_the_spread_of_the_scale_the_estimator_uses():
     assert d["empg/scale_p50"] == pytest.approx(float(torch.quantile(g, 0.5)), rel=1e-5)
     assert d["empg/scale_p10"] < d["empg/scale_p50"] < d["empg/scale_p90"]
     assert d["empg/scale_std"] == pytest.approx(float(g.std(unbiased=False)), rel=1e-5)
+    assert set(ADVANTAGES.get("empg").labels) <= set(d)  # the report's labels name metrics it logs
     scale, _ = empg_scale(torch.tensor([[0.0, 1.0], [2.0, 0.5]]), torch.ones(2, 2, dtype=torch.bool), k=2.0)
     assert sorted(scale.flatten().tolist()) == pytest.approx(sorted(g.tolist()), rel=1e-5)
 
