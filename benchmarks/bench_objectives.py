@@ -79,6 +79,7 @@ def make_batch(rows: int, length: int, turns: int, seed: int = 0) -> dict[str, t
         "full_ctx_logp": old + 0.1 * torch.randn(rows, length, generator=gen),
         "outcome": (torch.rand(rows, generator=gen) < 0.5).float(),
         "group_id": group,
+        "task_group": group // 2,  # [R] every tree of a task (tree_grpo/tree_inter): 2 trees of 8 per task
         "row_rollout": torch.arange(rows),
         "finished": torch.rand(rows, generator=gen) < 0.9,
         "gt_logprob": -torch.rand(rows, turns + 1, generator=gen) * 5,
