@@ -38,3 +38,23 @@ def test_a_tree_run_trains_through_agentrl_train(tiny_model_dir, tmp_path):
         assert all(t.shared for b in [root, *branches] for t in b.turns[:k])
     resolved = (out / "resolved_config.yaml").read_text()
     assert "branches: 3" in resolved and "branch_at: last" in resolved
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("advantage", ["tree_grpo", "tree_intra", "tree_inter"])
+def test_the_tree_grpo_estimators_train_through_agentrl_train(tiny_model_dir, tmp_path, advantage):
+    """Each Tree-GRPO estimator takes a real update: 2 tasks x 2 roots x (1 + 1 branch), so every task
+    has two trees (the inter-tree group) and every tree two leaves (the intra-tree group)."""
+    out = tmp_path / "run"
+    proc = agentrl_train(str(QUICKSTART), f"model.name={tiny_model_dir}", *SHORT, "train.num_threads=1",
+                         "train.steps=1", "rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.branches=1",
+                         "rollout.max_new_tokens=24", "algo.dynamic_sampling=false", f"algo.advantage={advantage}",
+                         f"train.out_dir={out}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    step = {}
+    for record in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()):
+        if record["step"] == 1:
+            step.update(record)
+    assert step["rollout/episodes"] == 8
+    assert "loss/grad_norm" in step and step["loss/skipped_rows"] < 1  # the optimizer stepped on these rows
+    assert f"advantage: {advantage}" in (out / "resolved_config.yaml").read_text()
