@@ -232,7 +232,7 @@ def build_generator(
             ) from exc
         if loaded is not None:
             loaded[key] = (model, tokenizer)
-    from agentrl.rollout.generators.hf import prefix_cache_budget
+    from agentrl.rollout.generators.kv_cache import prefix_cache_budget
 
     tokens, why = prefix_cache_budget(model, concurrency * settings.max_context_tokens)
     print(f"[eval] prefix cache: {why}", file=sys.stderr)

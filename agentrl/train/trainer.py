@@ -788,7 +788,7 @@ def batching_line(generator: Any, lockstep: bool | None) -> str:
 def _resolve_prefix_cache(config: RunConfig, model: Any, progress: Any) -> RunConfig:
     """``rollout.prefix_cache_tokens`` resolved (unset: every episode in flight, within a quarter of
     the machine's memory) and printed."""
-    from agentrl.rollout.generators.hf import kv_bytes_per_token, prefix_cache_budget
+    from agentrl.rollout.generators.kv_cache import kv_bytes_per_token, prefix_cache_budget
 
     tokens = config.rollout.prefix_cache_tokens
     if tokens is None:

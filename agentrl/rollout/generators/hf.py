@@ -24,16 +24,7 @@ from agentrl.rollout.generators.base import (
     check_prompts,
     derive_seed,
 )
-
-# kv_bytes_per_token, prefix_cache_budget: re-exported for train/trainer.py and eval/model_agent.py,
-# which still import them from here (issue #45: drop once they import from kv_cache)
-from agentrl.rollout.generators.kv_cache import (  # noqa: F401
-    PrefixCache,
-    kv_bytes_per_token,
-    left_padded_cache,
-    prefix_cache_budget,
-    roomy_cache,
-)
+from agentrl.rollout.generators.kv_cache import PrefixCache, left_padded_cache, roomy_cache
 from agentrl.rollout.generators.sampling import sample_next, top_pairs
 
 
