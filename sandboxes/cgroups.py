@@ -12,11 +12,14 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import threading
 import time
 
 ROOT = "/sys/fs/cgroup"
 PARENT = "agentrl"
 _names = itertools.count()
+_swept: set[str] = set()
+_swept_lock = threading.Lock()
 
 
 def cgroup_support() -> tuple[str | None, str]:
@@ -40,9 +43,43 @@ def _write(path: str, value: str) -> None:
         handle.write(value)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(parent: str) -> list[str]:
+    """Remove the empty box groups under ``parent`` left by processes that died without closing
+    their boxes (killed runs), and any named after this process from before it started (a reused
+    pid). Groups that still hold tasks are left alone. Returns the removed paths."""
+    removed = []
+    for name in os.listdir(parent):
+        parts = name.split("-")
+        if len(parts) != 3 or parts[0] != "box" or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        if pid != os.getpid() and _alive(pid):
+            continue
+        try:
+            os.rmdir(os.path.join(parent, name))
+        except OSError:  # tasks left in it (or already gone): not ours to kill
+            continue
+        removed.append(os.path.join(parent, name))
+    return removed
+
+
 def _parent(hierarchy: str, v2: bool) -> str:
     parent = os.path.join(hierarchy, PARENT)
     os.makedirs(parent, exist_ok=True)
+    with _swept_lock:
+        if parent not in _swept:  # once per process and hierarchy, before its first box
+            _swept.add(parent)
+            sweep_stale(parent)
     if v2:  # let the children have memory and pids controllers
         for where in (hierarchy, parent):
             _write(os.path.join(where, "cgroup.subtree_control"), "+memory +pids")

@@ -132,7 +132,7 @@ class RolloutConfig:
                 )
             if self.backend != "hf":
                 raise ConfigError(f"{prefix}.prefix_cache_tokens", f"has effect only with backend=hf, not {self.backend}",
-                                  "remove it (the server keeps its own cache)")  # fmt: skip
+                                  "remove it, or pass rollout.prefix_cache_tokens=null (the server keeps its own cache)")  # fmt: skip
         self._check_process_rewards(prefix)
         check_choice(f"{prefix}.folding", self.folding, ("none", "branch", "summary"))
         check_choice(f"{prefix}.template_mode", self.template_mode, ("auto", "concat", "per_turn"))

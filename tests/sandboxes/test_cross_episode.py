@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 
 import pytest
@@ -322,20 +323,55 @@ def box_ok(result) -> bool:
 @pytest.mark.bwrap
 def test_bwrap_pool_recycles_and_leaves_no_cgroup_behind():
     import glob
-    import os
 
     from agentrl.sandboxes.cgroups import cgroup_support
 
     with pytest.raises(SandboxError, match="pool reset must be one of"):
         SandboxPool("bwrap", size=1, reset="wipe")
     mine = f"/sys/fs/cgroup/*/agentrl/box-{os.getpid()}-*"
+    others = set(glob.glob(mine))  # boxes of this process's other pools (a shared code-env pool)
     with SandboxPool("bwrap", size=1, reset="recycle", **TEST_LIMITS) as pool:
         with pool.lease() as first:
             pass
         with next_lease(pool) as second:
             assert second is not first and not first.alive  # a new box; the old one is gone
             if cgroup_support()[0] is not None:
-                assert second.cgroup is not None and len(glob.glob(mine)) >= 1
+                assert second.cgroup is not None and set(second.cgroup.dirs) <= set(glob.glob(mine)) - others
         pool.wait_ready()
         assert pool.stats.recycled == 2 and pool.stats.reset_failures == 0
-    assert glob.glob(mine) == []  # every box's cgroup went with it
+    assert set(glob.glob(mine)) == others  # every box's cgroup went with it
+
+
+@pytest.mark.bwrap
+def test_groups_left_by_a_killed_process_are_swept_before_the_first_box():
+    """A run killed with its boxes leaves empty ``box-<pid>-<n>`` groups; the next process removes
+    those of dead pids (and of its own pid, from before it started), never a live process's."""
+    import subprocess
+    import sys
+
+    from agentrl.sandboxes import cgroups
+
+    version, why = cgroups.cgroup_support()
+    if version is None:
+        pytest.skip(why)
+    hierarchy = cgroups.ROOT if version == "v2" else os.path.join(cgroups.ROOT, "memory")
+    parent = os.path.join(hierarchy, cgroups.PARENT)
+    os.makedirs(parent, exist_ok=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    live = subprocess.Popen(["sleep", "60"])
+    made = {who: os.path.join(parent, f"box-{pid}-7") for who, pid in
+            (("dead", int(dead.stdout)), ("live", live.pid))}  # fmt: skip
+    try:
+        for path in made.values():
+            os.mkdir(path)
+        removed = cgroups.sweep_stale(parent)
+        assert made["dead"] in removed and not os.path.exists(made["dead"])
+        assert made["live"] not in removed and os.path.isdir(made["live"])
+    finally:
+        live.kill()
+        live.wait()
+        for path in made.values():
+            if os.path.isdir(path):
+                os.rmdir(path)

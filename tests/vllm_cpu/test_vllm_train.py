@@ -21,13 +21,13 @@ import torch
 pytestmark = pytest.mark.vllm
 
 REPO = Path(__file__).resolve().parents[2]
-# the quickstart made CI-sized; lr 1e-3 and an entropy bonus make step 1 move every trained weight
-# even when a group's rewards are all equal (zero advantage)
+# the quickstart made CI-sized (its hf-only prefix cache off: vLLM keeps its own); lr 1e-3 and an
+# entropy bonus make step 1 move every trained weight even when a group's rewards are all equal
 RUN = [
     "train.steps=2", "train.sft_warmup_steps=0", "train.eval_episodes=1", "train.resume=false",
     "train.trainable_layers=2", "train.micro_batch_size=2", "train.minibatch_size=4", "train.lr=1e-3",
     "train.bf16_autocast=false", "train.save_episodes=true", "train.num_threads=2",
-    "rollout.backend=vllm", "rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.branches=0", "rollout.concurrency=4",
+    "rollout.backend=vllm", "rollout.prefix_cache_tokens=null", "rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.branches=0", "rollout.concurrency=4",
     "rollout.max_new_tokens=24", "rollout.max_context_tokens=1024", "env.max_turns=2",
     "algo.dynamic_sampling=false", "algo.entropy_coef=0.01", "algo.old_logprobs=recompute",
 ]  # fmt: skip
