@@ -454,6 +454,7 @@ NOT_EVAL_SETTINGS = {
     "rollout.group_size": "training samples per task (evals run one per task)",
     "rollout.branches": "training tree rollouts (evals run chains)", "rollout.branch_at": "training tree rollouts",
     "rollout.fork": "training tree rollouts: how a branch reaches its branch point (the same state either way)",
+    "rollout.branch_temperature": "training tree rollouts: the branches' sampling (evals run chains)",
     "rollout.tasks_per_step": "training batch", "rollout.temperature": "training sampling (evals use train.eval_temperature)",
     "rollout.concurrency": "episodes in flight: the same episodes, batched otherwise (float sums may "
                            "differ in their last bits)",

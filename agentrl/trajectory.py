@@ -22,10 +22,12 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # 2: Turn.process_reward (per output token, FoldGRPO Q); version-1 records still load (see _upgrade).
 # 3: tree rollouts: Turn.shared, Episode.parent_id / branch_turn; version-2 records load unchanged
 #    (the new fields' defaults describe a chain episode).
+# 4: Turn.temperature (the sampler's temperature where it was not rollout.temperature: a tree
+#    branch's own turns under rollout.branch_temperature); version-3 records load unchanged.
 
 
 class Source(IntEnum):
@@ -70,6 +72,9 @@ class Turn:
     # the loss (its tokens' source is SHARED). In a branch it is the root's turn replayed (same ids
     # and sampler log-probs), not sampled again.
     shared: bool = False
+    # The sampler's temperature for this turn where it differs from the run's rollout.temperature
+    # (a branch's own turns under rollout.branch_temperature; output_logprobs are at it); None = the run's.
+    temperature: float | None = None
 
     def __post_init__(self) -> None:
         if len(self.output_ids) != len(self.output_logprobs):
@@ -171,7 +176,9 @@ def _upgrade(record: dict[str, Any]) -> dict[str, Any]:
         ]
         record["schema_version"] = version = 2
     if version == 2:
-        record["schema_version"] = 3  # tree fields: their defaults describe a chain episode
+        record["schema_version"] = version = 3  # tree fields: their defaults describe a chain episode
+    if version == 3:
+        record["schema_version"] = 4  # Turn.temperature: None = the run's rollout.temperature
     return record
 
 

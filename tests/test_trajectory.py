@@ -84,7 +84,7 @@ def test_version_1_records_still_load(tmp_path):
     v1["segments"][1]["turns"][0]["reward_parts"] = {"process": -1.0}
     (tmp_path / "v1.jsonl").write_text(json.dumps(v1) + "\n")
     (old,) = load(tmp_path / "v1.jsonl")
-    assert SCHEMA_VERSION == 3 and old.schema_version == 3
+    assert SCHEMA_VERSION == 4 and old.schema_version == 4
     assert [t.process_reward for t in old.turns] == [None, None, [-1.0, -1.0]]
     assert old.segments[0] == current.segments[0]  # nothing else changed
     # Parquet stores the same record (free-form fields as JSON text): v1 rows load there too
@@ -99,11 +99,31 @@ def test_version_1_records_still_load(tmp_path):
 
 
 def _without_tree_fields(record: dict) -> dict:
-    """A record as schema version 2 wrote it: no Turn.shared, Episode.parent_id or branch_turn."""
+    """A record as schema version 2 wrote it: no Turn.shared, Episode.parent_id or branch_turn (nor
+    version 4's Turn.temperature)."""
+    record = _as_v3(record)
     record = {k: v for k, v in record.items() if k not in ("parent_id", "branch_turn")}
     record["segments"] = [{**s, "turns": [{k: v for k, v in t.items() if k != "shared"} for t in s["turns"]]}
                           for s in record["segments"]]  # fmt: skip
     return record
+
+
+def _as_v3(record: dict) -> dict:
+    """A record as schema version 3 wrote it: no Turn.temperature."""
+    record = {**record, "schema_version": 3}
+    record["segments"] = [{**s, "turns": [{k: v for k, v in t.items() if k != "temperature"} for t in s["turns"]]}
+                          for s in record["segments"]]  # fmt: skip
+    return record
+
+
+def test_version_3_records_load_at_the_runs_temperature(tmp_path):
+    """A v3 record (before rollout.branch_temperature) loads with Turn.temperature None: every turn
+    was sampled at the run's rollout.temperature."""
+    current = _episode()
+    (tmp_path / "v3.jsonl").write_text(json.dumps(_as_v3(current.to_dict())) + "\n")
+    (old,) = load(tmp_path / "v3.jsonl")
+    assert old.schema_version == 4 and all(t.temperature is None for t in old.turns)
+    assert old.segments == current.segments
 
 
 def test_version_2_records_load_as_chain_episodes(tmp_path):
@@ -113,7 +133,7 @@ def test_version_2_records_load_as_chain_episodes(tmp_path):
     v2["schema_version"] = 2
     (tmp_path / "v2.jsonl").write_text(json.dumps(v2) + "\n")
     (old,) = load(tmp_path / "v2.jsonl")
-    assert old.schema_version == 3 and old.parent_id is None and old.branch_turn is None
+    assert old.schema_version == 4 and old.parent_id is None and old.branch_turn is None
     assert not any(t.shared for t in old.turns)
     assert old.segments == current.segments
 

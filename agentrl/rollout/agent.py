@@ -192,12 +192,15 @@ class EpisodeRun:
         sampling_seed: int | None = None,
         context: type[Context] | None = None,
         observer: Any = None,
+        own_temperature: tuple[int, float] | None = None,
     ):
         """``seed`` is the env's reset seed; ``sampling_seed`` (when given) seeds this episode's own
         sampling stream: generate call ``n`` samples with seed ``derive_seed(sampling_seed, n)``.
         ``context``: the strategy class the runner chose once (default: :func:`choose_context`).
         ``observer``: sees the raw env results as they come (``reset(obs, info)``, ``step(action,
-        (obs, reward, terminated, truncated, info))``): ``agentrl play``'s transcript."""
+        (obs, reward, terminated, truncated, info))``): ``agentrl play``'s transcript.
+        ``own_temperature``: ``(n, t)``: generate calls from the ``n``-th on sample at temperature ``t``
+        (a tree branch's own turns after ``n`` replayed ones, rollout.branch_temperature)."""
         context = context or choose_context(config, tokenizer)
         if judge is None and context.needs_judge:
             judge = process_rewards.build_judge(config)  # rule / openai / none ("policy" needs the runner's)
@@ -213,6 +216,8 @@ class EpisodeRun:
         self.seed = seed
         self.sampling_seed = sampling_seed
         self._generate_calls = 0
+        self.own_temperature = own_temperature
+        self.temperature = config.temperature  # of the last generate call
         self._started = False
         self.options = options
         self.policy_version = policy_version
@@ -236,7 +241,10 @@ class EpisodeRun:
         request: dict[str, Any] = {"max_new_tokens": max(1, min(self.config.max_new_tokens, budget))}
         if self.sampling_seed is not None:
             request["seed"] = derive_seed(self.sampling_seed, self._generate_calls)
+        if self.own_temperature is not None and self._generate_calls >= self.own_temperature[0]:
+            request["temperature"] = self.own_temperature[1]  # a tree branch's own turn
         sampling = self.config.sampling(**request)
+        self.temperature = sampling.temperature
         self._generate_calls += 1
         try:
             out = await self.policy.generate(prompt, sampling, observation)
@@ -268,6 +276,7 @@ class EpisodeRun:
             action_text=action,
             finish_reason=out.finish_reason,
             timings=self.context.turn_timings(out),
+            temperature=self.temperature if self.temperature != self.config.temperature else None,
         )
 
     async def _env(self, fn: Callable[..., Any], *args: Any, phase: str = "env", **kwargs: Any) -> Any:

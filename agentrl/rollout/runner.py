@@ -208,6 +208,7 @@ class Runner:
         env = await (job.trunk.take(call, self._make_env) if job.trunk is not None else call(self._make_env))
         if job.root is not None:
             policy = tree.ReplayPolicy(job.root.turns[: job.replay], policy)
+        cfg_t = self.config.branch_temperature  # a branch's own turns (rollout.branch_temperature)
         run = EpisodeRun(
             env,
             policy,
@@ -222,6 +223,7 @@ class Runner:
             judge=self.judge,
             sampling_seed=job.sampling_seed,
             context=self.context,
+            own_temperature=None if job.root is None or cfg_t is None else (job.replay, cfg_t),
             # a replayable id: the same (seed, task, sample, policy version) gives the same id
             episode_id=f"{derive_seed(job.sampling_seed, self.policy_version):016x}"[:12],
         )

@@ -40,6 +40,8 @@ class RolloutConfig:
     """Tree rollouts (Tree-GRPO / ARPO style): after each root episode ends, this many more episodes fork from it at a turn boundary (branch_at) and continue on their own; a root and its branches form one group, and the turns they share are left out of the loss. 0 = chains (group_size independent episodes per task)."""
     branch_at: str = "last"
     """With branches > 0: where a branch forks from its root: last (before the root's last turn: the answer, for a search agent) | uniform (a turn boundary drawn uniformly, seeded) | entropy (ARPO: after the tool result whose next turn starts with the highest first-token entropy; last when the root has no such turn or no entropies)."""
+    branch_temperature: float | None = None
+    """With branches > 0: the sampling temperature of the turns a branch generates after its branch point (the root's turns keep temperature): more exploration exactly where a group is decided, e.g. 1.0 for answers the policy gets confidently wrong at 0.6; recorded per turn (Turn.temperature). The learner's log-probs stay at temperature, so a different value needs algo.old_logprobs=recompute. Unset = temperature."""
     fork: str = "replay"
     """With branches > 0: how a branch reaches its branch point: replay (each branch replays the root's turns into an env of its own) | env (the turns are replayed once into one env, which the env's fork() copies for each branch: fewer tool calls and sandbox cells; an env that cannot fork is an error) | auto (env where the env forks, else replay)."""
     tasks_per_step: int = 4
@@ -151,6 +153,13 @@ class RolloutConfig:
             raise ConfigError(f"{prefix}.branches", f"must be >= 0 (0 = chains), got {self.branches}")
         check_choice(f"{prefix}.branch_at", self.branch_at, ("last", "uniform", "entropy"))
         check_choice(f"{prefix}.fork", self.fork, ("replay", "env", "auto"))
+        if self.branch_temperature is not None:
+            if not self.branches:
+                raise ConfigError(f"{prefix}.branch_temperature", "has effect only with tree rollouts (branches > 0)",
+                                  f"set {prefix}.branches or leave {prefix}.branch_temperature unset")  # fmt: skip
+            if not (math.isfinite(self.branch_temperature) and self.branch_temperature > 0):
+                raise ConfigError(f"{prefix}.branch_temperature", f"must be > 0, got {self.branch_temperature}",
+                                  "leave it unset to sample branches at rollout.temperature")  # fmt: skip
         if self.branches and self.folding != "none":
             raise ConfigError(f"{prefix}.branches", f"tree rollouts replay a root's turns in order, which "
                               f"folding={self.folding} does not keep", "set rollout.folding=none or rollout.branches=0")  # fmt: skip

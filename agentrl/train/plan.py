@@ -141,6 +141,13 @@ def objective_plan(config: Any) -> ObjectivePlan:
 def _check_mismatch(config: Any, loss_options: dict[str, Any]) -> None:
     """A sampler-mismatch correction weighs the learner's behaviour pass against the sampler's
     log-probs; with ``old_logprobs=sampler`` that pass is not the ratio's denominator."""
+    rollout = config.rollout
+    branch_t = getattr(rollout, "branch_temperature", None)
+    if branch_t is not None and branch_t != rollout.temperature and config.algo.old_logprobs != "recompute":
+        raise ConfigError("rollout.branch_temperature",
+                          f"branches sample at {branch_t:g} but the learner's log-probs are at rollout.temperature "
+                          f"{rollout.temperature:g}, so the sampler's log-probs cannot be the ratio's denominator",
+                          "set algo.old_logprobs=recompute (the learner's own pass before the update)")  # fmt: skip
     correction = loss_options.get("mismatch_correction", "none")
     if correction != "none" and config.algo.old_logprobs != "recompute":
         raise ConfigError("algo.mismatch_correction",

@@ -111,7 +111,8 @@ def test_a_branch_that_diverges_under_replay_fails_saying_where(tiny, tokenizer)
 @pytest.mark.parametrize(
     ("changes", "field"),
     [({"branches": -1}, "rollout.branches"), ({"branch_at": "middle"}, "rollout.branch_at"),
-     ({"folding": "summary"}, "rollout.branches")],  # fmt: skip
+     ({"folding": "summary"}, "rollout.branches"), ({"branch_temperature": 0.0}, "rollout.branch_temperature"),
+     ({"branches": 0, "branch_temperature": 1.0}, "rollout.branch_temperature")],  # fmt: skip
 )
 def test_bad_tree_settings_name_the_field(changes, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
@@ -124,3 +125,32 @@ def test_tree_rollouts_refuse_a_text_agent_whose_state_replay_cannot_restore(tok
 
     with pytest.raises(ConfigError, match=r"rollout\.branches"):
         Runner(make_lookup_env, tokenizer, policy_factory=lambda: TextPolicy(None), config=_settings())
+
+
+def test_branches_sample_their_own_turns_at_the_branch_temperature(tiny, tokenizer):
+    """rollout.branch_temperature: roots and the replayed prefix stay at rollout.temperature (1.0);
+    a branch's own turns sample at 0.25, record it on the turn, and their sampler log-probs are the
+    model's at 0.25 (checked against a scoring pass at each temperature)."""
+    episodes = _run(tiny, tokenizer, branch_temperature=0.25)
+    gen = HFGenerator(tiny, tokenizer, max_batch_size=16)
+    own = []
+    for tree in (episodes[i : i + 4] for i in range(0, len(episodes), 4)):
+        root, branches = tree[0], tree[1:]
+        assert [t.temperature for t in root.turns] == [None] * len(root.turns)
+        for branch in branches:
+            k = branch.branch_turn
+            assert [t.temperature for t in branch.turns[:k]] == [None] * k  # replayed: the root's
+            assert [t.temperature for t in branch.turns[k:]] == [0.25] * (len(branch.turns) - k)
+            own.append((branch, k))
+    branch, k = own[0]
+    turn = branch.turns[k]
+    context = prefix_ids(branch, k)  # what the branch's own turn was sampled from
+    at_025 = gen.score([context], [turn.output_ids], temperature=0.25)[0]
+    at_1 = gen.score([context], [turn.output_ids], temperature=1.0)[0]
+    assert at_025 == pytest.approx(turn.output_logprobs, abs=1e-4)
+    assert max(abs(a - b) for a, b in zip(at_1, turn.output_logprobs)) > 1e-2
+    # the record carries it (schema 4) and reads back
+    from agentrl.trajectory import Episode
+
+    again = Episode.from_dict(branch.to_dict())
+    assert again.turns[k].temperature == 0.25 and again.schema_version == 4
