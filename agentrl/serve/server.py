@@ -124,6 +124,30 @@ class _Job:
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
+async def _unless_disconnected(request: Any, job: _Job) -> list[GenerationOutput] | None:
+    """The job's outputs, or ``None`` once the client hangs up first (a client's request timeout):
+    its rows end at their next token instead of decoding to ``max_tokens`` for nobody, as vLLM
+    aborts them. Streams get the same from :meth:`_Server.events`."""
+
+    async def hung_up() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    answer = asyncio.ensure_future(job.outputs())
+    watch = asyncio.ensure_future(hung_up())
+    try:
+        await asyncio.wait({answer, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if answer.done():
+        return answer.result()
+    job.abandon()
+    answer.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await answer
+    return None
+
+
 def request_engine(generator: Generator, batching: str = "continuous") -> Any:
     """What runs the server's requests: continuous batching over an in-process HF model
     (:mod:`agentrl.serve.continuous`: requests join the running batch between decode steps), else
@@ -242,7 +266,7 @@ class _Server:
         return entry
 
     async def respond(self, request: Any, kind: str) -> Any:
-        from starlette.responses import JSONResponse, StreamingResponse
+        from starlette.responses import JSONResponse, Response, StreamingResponse
 
         try:
             body, params, model = await self.body(request, kind)
@@ -260,7 +284,9 @@ class _Server:
                 return StreamingResponse(
                     self.events(job, head, fmt, chat is not None), media_type="text/event-stream"
                 )
-            outputs = await job.outputs()
+            outputs = await _unless_disconnected(request, job)
+            if outputs is None:  # the client went away (its timeout): nobody reads an answer
+                return Response(status_code=499)
         except ApiError as exc:
             return JSONResponse(exc.body(), status_code=exc.status)
         make = self.chat_choice if chat else self.completion_choice

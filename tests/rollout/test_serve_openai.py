@@ -280,7 +280,9 @@ def test_an_over_long_request_is_rejected_alone(server, tokenizer):
     assert long_answer.status_code == 400
     error = long_answer.json()["error"]
     assert error["code"] == "context_length_exceeded" and error["param"] == "prompt"
-    assert error["message"].startswith("This model's maximum context length is 8192 tokens. However, you requested")
+    assert error["message"].startswith(
+        "This model's maximum context length is 8192 tokens. However, you requested"
+    )
     assert "Please reduce the length of the prompt or completion (max_tokens)" in error["message"]
     assert [r.status_code for r in short] == [200, 200, 200]
     near_full = tokenizer.decode(tokenizer.encode(long_prompt)[:8186])
@@ -302,7 +304,9 @@ def test_the_batcher_fails_only_the_request_that_does_not_fit(tiny, tokenizer):
     async def run() -> list:
         prompts = [[5] * 8190, [5, 6, 7], [8, 9], [10]]
         try:
-            return await asyncio.gather(*(batcher.submit(p, sampling) for p in prompts), return_exceptions=True)
+            return await asyncio.gather(
+                *(batcher.submit(p, sampling) for p in prompts), return_exceptions=True
+            )
         finally:
             await batcher.stop()
 
@@ -345,3 +349,29 @@ def test_a_request_joins_the_batch_that_is_decoding(server):
         thread.join(timeout=120)
     assert short_done.is_set() and chunks_after_short  # the long stream went on after the short answer
     assert batcher.joined > joined_before
+
+
+def test_a_non_streamed_request_whose_client_hangs_up_stops_decoding(server):
+    """A client whose own timeout fires (here: a socket closed once decoding is under way) frees its
+    row: the server ends it at its next token instead of decoding 3000 tokens for nobody."""
+    import json
+    import socket
+    import time
+
+    batcher = server.server.config.app.state.batcher
+    before, steps = batcher.generated_tokens, batcher.steps
+    body = json.dumps({"model": "tiny", "prompt": "1, 2, 3,", "max_tokens": 3000, "temperature": 0}).encode()
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: {server.host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    sock = socket.create_connection((server.host, server.port))
+    sock.sendall(head + body)
+    deadline = time.monotonic() + 60
+    while batcher.steps < steps + 3 and time.monotonic() < deadline:
+        time.sleep(0.01)  # decoding is under way
+    sock.close()
+    while batcher.generated_tokens == before and time.monotonic() < deadline:
+        time.sleep(0.05)  # the counter moves when the row ends
+    generated = batcher.generated_tokens - before
+    assert 3 <= generated < 3000
