@@ -153,13 +153,11 @@ class RolloutConfig:
             raise ConfigError(f"{prefix}.branches", f"must be >= 0 (0 = chains), got {self.branches}")
         check_choice(f"{prefix}.branch_at", self.branch_at, ("last", "uniform", "entropy"))
         check_choice(f"{prefix}.fork", self.fork, ("replay", "env", "auto"))
-        if self.branch_temperature is not None:
-            if not self.branches:
-                raise ConfigError(f"{prefix}.branch_temperature", "has effect only with tree rollouts (branches > 0)",
-                                  f"set {prefix}.branches or leave {prefix}.branch_temperature unset")  # fmt: skip
-            if not (math.isfinite(self.branch_temperature) and self.branch_temperature > 0):
-                raise ConfigError(f"{prefix}.branch_temperature", f"must be > 0, got {self.branch_temperature}",
-                                  "leave it unset to sample branches at rollout.temperature")  # fmt: skip
+        # (that it needs branches > 0 is checked on the run's config, train/plan.py: evals and
+        # demonstrations derive chain settings from it)
+        if self.branch_temperature is not None and not (math.isfinite(self.branch_temperature) and self.branch_temperature > 0):
+            raise ConfigError(f"{prefix}.branch_temperature", f"must be > 0, got {self.branch_temperature}",
+                              "leave it unset to sample branches at rollout.temperature")  # fmt: skip
         if self.branches and self.folding != "none":
             raise ConfigError(f"{prefix}.branches", f"tree rollouts replay a root's turns in order, which "
                               f"folding={self.folding} does not keep", "set rollout.folding=none or rollout.branches=0")  # fmt: skip

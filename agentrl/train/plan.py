@@ -143,6 +143,9 @@ def _check_mismatch(config: Any, loss_options: dict[str, Any]) -> None:
     log-probs; with ``old_logprobs=sampler`` that pass is not the ratio's denominator."""
     rollout = config.rollout
     branch_t = getattr(rollout, "branch_temperature", None)
+    if branch_t is not None and not rollout.branches:
+        raise ConfigError("rollout.branch_temperature", "has effect only with tree rollouts (rollout.branches > 0)",
+                          "set rollout.branches or leave rollout.branch_temperature unset")  # fmt: skip
     if branch_t is not None and branch_t != rollout.temperature and config.algo.old_logprobs != "recompute":
         raise ConfigError("rollout.branch_temperature",
                           f"branches sample at {branch_t:g} but the learner's log-probs are at rollout.temperature "
