@@ -14,8 +14,8 @@ metrics.jsonl and summary.json:
 - the run's wall time including model load / engine start and the two held-out evals;
 - mismatch/abs_mean, abs_max, over_cap (mean over steps).
 
-    .cache/vllm-venv/bin/python benchmarks/bench_vllm.py                 # quickstart rollouts: 4 tasks x 8, 2 steps
-    .cache/vllm-venv/bin/python benchmarks/bench_vllm.py --tasks 2 --group 4 --steps 2 --json out.json
+    .cache/vllm-venv/bin/python benchmarks/bench_vllm.py                 # quickstart trees: 4 tasks x 16, 2 steps
+    .cache/vllm-venv/bin/python benchmarks/bench_vllm.py --tasks 2 --branches 7 --steps 2 --json out.json
     python benchmarks/bench_vllm.py --quick                              # CI: hf only where vLLM is missing
 
 The machine's load (``uptime``) is printed before and after: on a shared machine, compare the two
@@ -58,7 +58,10 @@ def run(python: str, backend: str, args, out: Path) -> dict:
         f"rollout.backend={backend}", f"train.steps={args.steps}", "train.sft_warmup_steps=0",
         f"train.eval_episodes={args.eval_episodes}", "train.resume=false", "train.bf16_autocast=false",
         "algo.dynamic_sampling=false", "algo.old_logprobs=recompute", f"rollout.tasks_per_step={args.tasks}",
-        f"rollout.group_size={args.group}", f"train.num_threads={args.threads}", f"train.out_dir={out}",
+        f"rollout.group_size={args.group}", f"rollout.branches={args.branches}",
+        f"train.num_threads={args.threads}", f"train.out_dir={out}",
+        # the hf generator's prefix cache is its own setting; vLLM keeps its own prefix cache
+        *(["rollout.prefix_cache_tokens=null"] if backend != "hf" else []),
         *args.override,
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -125,8 +128,15 @@ def main() -> int:
         "--tasks", type=int, default=None, help="tasks per step (default 4, the quickstart's; --quick 1)"
     )
     p.add_argument(
-        "--group", type=int, default=None, help="samples per task (default 8, the quickstart's; --quick 2)"
+        "--group",
+        type=int,
+        default=None,
+        help="root episodes per task (default 1, the quickstart's; --quick 2)",
     )
+    p.add_argument(
+        "--branches", type=int, default=None,
+        help="branches forked before each root's answer (default 15, the quickstart's trees of 16; --quick 0)",
+    )  # fmt: skip
     p.add_argument(
         "--eval-episodes", type=int, default=None, help="held-out tasks per eval (default 4; --quick 1)"
     )
@@ -141,7 +151,8 @@ def main() -> int:
     quick = args.quick
     args.steps = args.steps or (1 if quick else 2)
     args.tasks = args.tasks or (1 if quick else 4)
-    args.group = args.group or (2 if quick else 8)
+    args.group = args.group or (2 if quick else 1)
+    args.branches = args.branches if args.branches is not None else (0 if quick else 15)
     args.eval_episodes = args.eval_episodes or (1 if quick else 4)
     if quick:
         args.override = [
@@ -163,7 +174,8 @@ def main() -> int:
             )
     load_after = uptime()
     print(f"load after: {load_after}")
-    size = f"{args.tasks} tasks x {args.group}, {args.steps} steps"
+    trees = f" x (1 + {args.branches} branches)" if args.branches else ""
+    size = f"{args.tasks} tasks x {args.group}{trees}, {args.steps} steps"
     rows = []
     for key, name, unit in ROWS:
         hf = results["hf"][key]
