@@ -23,6 +23,7 @@ import yaml
 from agentrl.errors import ConfigError
 from agentrl.errors import check_choice as _choice
 from agentrl.rollout.settings import RolloutConfig as RolloutConfig  # the one rollout settings class
+from agentrl.setting import WHEN_SAMPLED, eval_class, setting
 
 # --------------------------------------------------------------------------- sections
 MIXTURE_ID = "mixture"  # env.id of a run whose envs are listed in env.mixture
@@ -33,19 +34,19 @@ PER_ENTRY = ("split", "eval_split", "max_turns", "max_obs_chars", "kwargs", "ray
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = "smollm2-135m"
+    name: str = setting("smollm2-135m", eval=True)
     """Built-in name (smollm2-135m), a Hugging Face id, or a local path."""
-    dtype: str = "float32"
+    dtype: str = setting("float32", eval=True)
     """Parameter dtype: float32 | bfloat16 | float16."""
-    lora_rank: int = 0
+    lora_rank: int = setting(0, eval="a fresh adapter starts at zero (B = 0): the weights are the warm-up's")
     """LoRA rank; 0 trains all weights. With LoRA the reference policy is the base (adapters off)."""
-    lora_alpha: int = 16
+    lora_alpha: int = setting(16, eval="as lora_rank")
     """LoRA alpha."""
-    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    lora_targets: tuple[str, ...] = setting(("q_proj", "k_proj", "v_proj", "o_proj"), eval="as lora_rank")
     """Module names that get LoRA adapters."""
-    adapter: str | None = None
+    adapter: str | None = setting(None, eval="the weights themselves: every arm of a study starts from its warm-up's")
     """Path of a LoRA adapter or agentrl checkpoint to load on top of the model."""
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = setting(False, eval="training memory only")
     """Recompute activations in backward to save memory."""
 
     def validate(self, prefix: str) -> None:
@@ -54,6 +55,77 @@ class ModelConfig:
             raise ConfigError(
                 f"{prefix}.lora_rank", f"must be >= 0, got {self.lora_rank}", "use 0 for full fine-tuning"
             )
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    id: str = setting("agentrl/Search-v0", eval=True)
+    """Registered env id (see `agentrl envs`)."""
+    split: str = setting("train", eval="the training tasks")
+    """Task split used for training rollouts."""
+    eval_split: str = setting("test", eval=True)
+    """Task split used for held-out evaluation."""
+    max_turns: int | None = setting(None, eval=True)
+    """Turn budget per episode (truncated when hit); unset = the env's own registration (`agentrl envs`: Search 16, WebShop 15, GAIA 30), resolved when the config loads (the value used is printed and saved)."""
+    max_obs_chars: int | None = setting(None, eval=True)
+    """Observations longer than this are cut with a note; unset = the env's registration (8192 characters unless it states another: agentrl.env.MAX_OBS_CHARS), resolved when the config loads."""
+    kwargs: dict[str, Any] = setting(default_factory=dict, eval=True)
+    """Extra keyword arguments for the env constructor."""
+    placement: str = setting("local", eval="where envs run, not what they do")
+    """Where episodes' envs live: local (this process) | ray (Ray actors; needs agentrl[ray])."""
+    ray_address: str | None = setting(None, eval="as placement")
+    """With placement ray: a cluster address (auto, host:port, ray://...) or null for a local Ray."""
+    num_cpus_per_env: float = setting(1.0, eval="as placement")
+    """With placement ray: CPUs Ray reserves per env (an actor reserves envs_per_actor times this)."""
+    envs_per_actor: int = setting(1, eval="as placement")
+    """With placement ray: envs one actor hosts at once (its sandbox pool/tool clients are shared)."""
+    ray_resources: dict[str, float] = setting(default_factory=dict, eval="as placement")
+    """With placement ray: custom resource labels each env actor needs, e.g. {envnode: 1}."""
+    ray_call_timeout_s: float = setting(120.0, eval="as placement")
+    """With placement ray: timeout of each remote env call (reset/step); past it the episode fails."""
+    ray_start_timeout_s: float = setting(300.0, eval="as placement")
+    """With placement ray: how long an episode waits for its env to start (an actor on a node with room, the env built on it); the rollout watchdog and episode timeout do not count this wait."""
+    ray_lost_retries: int = setting(0, eval="as placement")
+    """With placement ray: times an episode whose env actor died is rerun on a new actor (0: recorded failed)."""
+    ray_services: str = setting("node", eval="as placement")
+    """With placement ray: shared tool services: node (one sandbox pool and shop server per node) | cluster
+    (one shop for the cluster; sandbox pools stay per node) | actor (each env actor its own)."""
+    mixture: tuple[EnvEntry, ...] = setting((), eval=True)
+    """Several environments in one run: a list of entries (id, name, weight, split, eval_split, max_turns, max_obs_chars, kwargs, train_tasks, eval_episodes, oracle, horizon_start/every/by, ray_resources; see the entry fields below). `env:` given as a YAML list is this list; env.id and the other per-env fields are then set per entry. Empty: one env (env.id)."""
+    normalize_rewards: str = setting("none", eval="training reward scaling (success is the env's own metric)")
+    """With a mixture: none | env_std (each step, an env's episode rewards are divided by their standard deviation over that env's kept episodes, so envs whose rewards live on different scales weigh alike in the loss; success and eval are untouched)."""
+    filter_window: int = setting(0, eval="which training tasks are drawn")
+    """With a mixture: online difficulty filter. A task whose last filter_window groups all had a pass rate >= filter_solved (too easy) or <= filter_failed (too hard) is skipped by the sampler for filter_cooldown steps; 0 = off."""
+    filter_solved: float = setting(1.0, eval="as filter_window")
+    """With filter_window > 0: a group's pass rate (share of its episodes that solved the task by the env's success metric) at or above which it counts as all solved."""
+    filter_failed: float = setting(0.0, eval="as filter_window")
+    """With filter_window > 0: a group's pass rate at or below which it counts as all failed."""
+    filter_cooldown: int = setting(4, eval="as filter_window")
+    """With filter_window > 0: RL steps a filtered task is skipped before it may be drawn again."""
+
+    def validate(self, prefix: str) -> None:
+        from agentrl.env import registered_ids
+
+        ids = registered_ids()
+        if self.mixture or self.id == MIXTURE_ID:
+            from agentrl.train.mixture import validate_mixture
+
+            validate_mixture(self, prefix)
+            return
+        for name in MIXTURE_ONLY:
+            if getattr(self, name) != getattr(EnvConfig, name):
+                raise ConfigError(f"{prefix}.{name}", "applies to a mixture of envs; this run has one env",
+                                  f"give env as a list of envs, or leave {prefix}.{name} at "
+                                  f"{getattr(EnvConfig, name)!r}")  # fmt: skip
+        if self.id not in ids:
+            raise ConfigError(f"{prefix}.id", f"unknown env {self.id!r}", f"use one of: {', '.join(ids)}")
+        for name in ("max_turns", "max_obs_chars"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}",
+                                  "or leave it unset for the env's registration")  # fmt: skip
+        from agentrl.rollout.remote_env import validate_placement
+
+        validate_placement(self, prefix)
 
 
 @dataclass(frozen=True)
@@ -66,14 +138,14 @@ class EnvEntry:
     """Short name in metrics (env/<name>/reward), task ids and the summary; unset = from the id (agentrl/SQLShop-v0 -> sqlshop)."""
     weight: float = 1.0
     """Share of each step's tasks (apportioned: weights 2:1:1 and 4 tasks per step give 2, 1, 1 every step)."""
-    split: str = "train"
+    split: str = EnvConfig.split
     """Task split used for training rollouts."""
-    eval_split: str = "test"
+    eval_split: str = EnvConfig.eval_split
     """Task split used for held-out evaluation."""
-    max_turns: int = 6
-    """Turn budget per episode (the horizon curriculum's end point; held-out evals always use it)."""
-    max_obs_chars: int = 4000
-    """Observations longer than this are cut with a note."""
+    max_turns: int | None = None
+    """Turn budget per episode (the horizon curriculum's end point; held-out evals always use it); unset = the env's own registration (resolved when the config loads; printed and saved)."""
+    max_obs_chars: int | None = None
+    """Observations longer than this are cut with a note; unset = the env's registration."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for the env constructor."""
     train_tasks: int = 0
@@ -106,129 +178,60 @@ class EnvEntry:
 
 
 @dataclass(frozen=True)
-class EnvConfig:
-    id: str = "agentrl/Search-v0"
-    """Registered env id (see `agentrl envs`)."""
-    split: str = "train"
-    """Task split used for training rollouts."""
-    eval_split: str = "test"
-    """Task split used for held-out evaluation."""
-    max_turns: int = 6
-    """Turn budget per episode (truncated when hit)."""
-    max_obs_chars: int = 4000
-    """Observations longer than this are cut with a note."""
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword arguments for the env constructor."""
-    placement: str = "local"
-    """Where episodes' envs live: local (this process) | ray (Ray actors; needs agentrl[ray])."""
-    ray_address: str | None = None
-    """With placement ray: a cluster address (auto, host:port, ray://...) or null for a local Ray."""
-    num_cpus_per_env: float = 1.0
-    """With placement ray: CPUs Ray reserves per env (an actor reserves envs_per_actor times this)."""
-    envs_per_actor: int = 1
-    """With placement ray: envs one actor hosts at once (its sandbox pool/tool clients are shared)."""
-    ray_resources: dict[str, float] = field(default_factory=dict)
-    """With placement ray: custom resource labels each env actor needs, e.g. {envnode: 1}."""
-    ray_call_timeout_s: float = 120.0
-    """With placement ray: timeout of each remote env call (reset/step); past it the episode fails."""
-    ray_start_timeout_s: float = 300.0
-    """With placement ray: how long an episode waits for its env to start (an actor on a node with room, the env built on it); the rollout watchdog and episode timeout do not count this wait."""
-    ray_lost_retries: int = 0
-    """With placement ray: times an episode whose env actor died is rerun on a new actor (0: recorded failed)."""
-    ray_services: str = "node"
-    """With placement ray: shared tool services: node (one sandbox pool and shop server per node) | cluster
-    (one shop for the cluster; sandbox pools stay per node) | actor (each env actor its own)."""
-    mixture: tuple[EnvEntry, ...] = ()
-    """Several environments in one run: a list of entries (id, name, weight, split, eval_split, max_turns, max_obs_chars, kwargs, train_tasks, eval_episodes, oracle, horizon_start/every/by, ray_resources; see the entry fields below). `env:` given as a YAML list is this list; env.id and the other per-env fields are then set per entry. Empty: one env (env.id)."""
-    normalize_rewards: str = "none"
-    """With a mixture: none | env_std (each step, an env's episode rewards are divided by their standard deviation over that env's kept episodes, so envs whose rewards live on different scales weigh alike in the loss; success and eval are untouched)."""
-    filter_window: int = 0
-    """With a mixture: online difficulty filter. A task whose last filter_window groups all had a pass rate >= filter_solved (too easy) or <= filter_failed (too hard) is skipped by the sampler for filter_cooldown steps; 0 = off."""
-    filter_solved: float = 1.0
-    """With filter_window > 0: a group's pass rate (share of its episodes that solved the task by the env's success metric) at or above which it counts as all solved."""
-    filter_failed: float = 0.0
-    """With filter_window > 0: a group's pass rate at or below which it counts as all failed."""
-    filter_cooldown: int = 4
-    """With filter_window > 0: RL steps a filtered task is skipped before it may be drawn again."""
-
-    def validate(self, prefix: str) -> None:
-        from agentrl.env import registered_ids
-
-        ids = registered_ids()
-        if self.mixture or self.id == MIXTURE_ID:
-            from agentrl.train.mixture import validate_mixture
-
-            validate_mixture(self, prefix)
-            return
-        for name in MIXTURE_ONLY:
-            if getattr(self, name) != getattr(EnvConfig, name):
-                raise ConfigError(f"{prefix}.{name}", "applies to a mixture of envs; this run has one env",
-                                  f"give env as a list of envs, or leave {prefix}.{name} at "
-                                  f"{getattr(EnvConfig, name)!r}")  # fmt: skip
-        if self.id not in ids:
-            raise ConfigError(f"{prefix}.id", f"unknown env {self.id!r}", f"use one of: {', '.join(ids)}")
-        if self.max_turns < 1:
-            raise ConfigError(f"{prefix}.max_turns", f"must be >= 1, got {self.max_turns}")
-        from agentrl.rollout.remote_env import validate_placement
-
-        validate_placement(self, prefix)
-
-
-@dataclass(frozen=True)
 class AlgoConfig:
-    advantage: str = "grpo"
+    advantage: str = setting("grpo", eval="the objective: training only")
     """Advantage estimator name (agentrl.algos registry): grpo, igpo, empg, gae, foldgrpo, gigpo, ..."""
-    loss: str = "ppo_clip"
+    loss: str = setting("ppo_clip", eval="the objective: training only")
     """Policy loss name (agentrl.algos registry): ppo_clip, foldact, ..."""
-    ratio: str | None = None
+    ratio: str | None = setting(None, eval="the objective: training only")
     """Importance ratio level for PPO-clip losses: token | turn (ST-PPO) | sequence (GSPO); unset = the loss's preset (token)."""
-    agg: str | None = None
+    agg: str | None = setting(None, eval="the objective: training only")
     """Loss aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum | constant; unset = the loss's preset (token-mean)."""
-    agg_unit: str | None = None
+    agg_unit: str | None = setting(None, eval="the objective: training only")
     """What a "sequence" is in seq-mean / constant aggregation: row | rollout (all rows of a rollout: SUPO segments, fold branches); unset = row."""
-    clip_low: float | None = None
+    clip_low: float | None = setting(None, eval="the objective: training only")
     """Lower PPO clip epsilon; unset = the loss's preset (0.2)."""
-    clip_high: float | None = None
+    clip_high: float | None = setting(None, eval="the objective: training only")
     """Upper PPO clip epsilon; unset = the loss's preset (0.2; dapo/foldgrpo 0.28, gspo 4e-4)."""
-    kl_coef: float = 0.0
+    kl_coef: float = setting(0.0, eval="the objective: training only")
     """Coefficient of the KL penalty to the reference policy (0 = no reference pass)."""
-    kl_kind: str = "k3"
+    kl_kind: str = setting("k3", eval="the objective: training only")
     """KL estimator: k1 | k2 | k3."""
-    entropy_coef: float = 0.0
+    entropy_coef: float = setting(0.0, eval="the objective: training only")
     """Entropy bonus coefficient."""
-    gamma: float | None = None
+    gamma: float | None = setting(None, eval="the objective: training only")
     """Discount over turns (IGPO, GiGPO) or tokens (GAE); unset = the estimator's default (1.0; gigpo 0.95)."""
-    lam: float | None = None
+    lam: float | None = setting(None, eval="the objective: training only")
     """GAE lambda; unset = 1.0."""
-    clip_bias_correction: bool = False
+    clip_bias_correction: bool = setting(False, eval="the objective: training only")
     """S-PPO clipping-bias correction (reconstruction; see agentrl.algos.losses.clip_bias_norm)."""
-    clip_bias_floor: float = 1.0
+    clip_bias_floor: float = setting(1.0, eval="the objective: training only")
     """With clip_bias_correction: the gradient is scaled by 1 / max(floor, ||C||) (the reconstruction's floor is 1). SmolLM2-135M at lr 3e-5 measured ||C|| of 0.008-0.095 (configs/studies/stppo_vs_ppo.yaml), so at floor 1 the scale stays 1: a smaller floor makes the correction act there."""
-    dynamic_sampling: bool = False
+    dynamic_sampling: bool = setting(False, eval="the objective: training only")
     """Drop groups whose rewards are all equal (DAPO)."""
-    refill_rounds: int = 0
+    refill_rounds: int = setting(0, eval="the objective: training only")
     """With dynamic_sampling: up to this many extra sampling rounds per step, each of tasks_per_step new tasks, until the step holds tasks_per_step groups with unequal rewards (DAPO's over-sampling; extras beyond tasks_per_step are not trained on); 0 = drop only."""
-    drop_void_turns: bool = False
+    drop_void_turns: bool = setting(False, eval="the objective: training only")
     """Drop trajectories with a void turn (SimpleTIR)."""
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = setting(default_factory=dict, eval="the objective: training only")
     """Extra keyword options for the advantage estimator (e.g. {zeta: 0.1} for empg)."""
-    loss_options: dict[str, Any] = field(default_factory=dict)
+    loss_options: dict[str, Any] = setting(default_factory=dict, eval="the objective: training only")
     """Extra keyword options for the policy loss (e.g. {dual_clip: 3.0}, foldact weights)."""
-    critic: bool = False
+    critic: bool = setting(False, eval="the objective: training only")
     """Add a value head on the policy backbone (needed by advantage=gae, e.g. ST-PPO)."""
-    vf_coef: float = 0.5
+    vf_coef: float = setting(0.5, eval="the objective: training only")
     """Weight of the value loss when a critic is on."""
-    vf_clip: float = 0.5
+    vf_clip: float = setting(0.5, eval="the objective: training only")
     """Value clipping range (verl's cliprange_value); 0 turns clipping off."""
-    old_logprobs: str = "recompute"
+    old_logprobs: str = setting("recompute", eval="the objective: training only")
     """Behaviour log-probs for the ratio: recompute (learner pass before the update) | sampler."""
-    mismatch_correction: str | None = None
+    mismatch_correction: str | None = setting(None, eval="the objective: training only")
     """Correction for a sampler whose log-probs differ from the learner's (vLLM, a server, another precision): none | tis (truncated importance sampling: each token's policy-gradient term times min(learner/sampler ratio, mismatch_cap)) | token_mask (tokens whose ratio is outside [1/cap, cap] leave the loss) | seq_mask (rows whose geometric-mean ratio is outside it leave the loss); needs old_logprobs=recompute; unset = none (agentrl.algos.mismatch)."""
-    mismatch_cap: float | None = None
+    mismatch_cap: float | None = setting(None, eval="the objective: training only")
     """The learner/sampler ratio bound C of mismatch_correction (and of the logged mismatch/over_cap share); unset = 2.0."""
-    ig_template: str = "Now there's enough information to answer.\n<answer>{answer}</answer>"
+    ig_template: str = setting("Now there's enough information to answer.\n<answer>{answer}</answer>", eval="the objective: training only")
     """IGPO: text appended after each turn's context to score the gold answer (only {answer} is averaged)."""
-    full_ctx_dropout: float = 0.0
+    full_ctx_dropout: float = setting(0.0, eval="the objective: training only")
     """FoldAct selective segment training: probability that a turn is left out of the full-context pass (and of the consistency loss); README example 0.5."""
 
     def validate(self, prefix: str) -> None:
@@ -277,77 +280,77 @@ class AlgoConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 20
+    steps: int = setting(20, eval="optimisation and bookkeeping: training only")
     """RL steps (each: rollouts, advantages, PPO epochs)."""
-    lr: float = 1e-5
+    lr: float = setting(1e-5, eval="optimisation and bookkeeping: training only")
     """Learning rate."""
-    weight_decay: float = 0.0
+    weight_decay: float = setting(0.0, eval="optimisation and bookkeeping: training only")
     """AdamW weight decay."""
-    warmup_steps: int = 0
+    warmup_steps: int = setting(0, eval="optimisation and bookkeeping: training only")
     """Linear learning-rate warm-up steps."""
-    ppo_epochs: int = 1
+    ppo_epochs: int = setting(1, eval="optimisation and bookkeeping: training only")
     """Passes over each step's rollouts."""
-    minibatch_size: int = 8
+    minibatch_size: int = setting(8, eval="optimisation and bookkeeping: training only")
     """Rows per optimizer step."""
-    micro_batch_size: int = 4
+    micro_batch_size: int = setting(4, eval="optimisation and bookkeeping: training only")
     """Rows per forward/backward (gradient accumulation up to minibatch_size)."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = setting(1.0, eval="optimisation and bookkeeping: training only")
     """Gradient clipping norm."""
-    skip_zero_advantage: bool = False
+    skip_zero_advantage: bool = setting(False, eval="optimisation and bookkeeping: training only")
     """Do not forward rows whose advantage is 0 on every trained token (GRPO groups whose samples all scored the same, when algo.dynamic_sampling is off): their loss and gradient are exactly 0, so the update is the same in exact arithmetic (float sums differ only in order); they still count in the loss's denominators, and a minibatch left with no row still makes its optimizer step (zero gradients, so Adam's momentum moves as before). Learner metrics (loss, clipfrac, entropy) then cover the forwarded rows; loss/skipped_rows is the share skipped. Needs one process, engine=torch, a PPO-clip loss and no KL, entropy or value term (checked before the run)."""
-    engine: str = "torch"
+    engine: str = setting("torch", eval="optimisation and bookkeeping: training only")
     """Learner engine: torch | deepspeed."""
-    zero_stage: int = 2
+    zero_stage: int = setting(2, eval="optimisation and bookkeeping: training only")
     """DeepSpeed ZeRO stage (1, 2 or 3) with engine=deepspeed."""
-    offload: bool = False
+    offload: bool = setting(False, eval="optimisation and bookkeeping: training only")
     """DeepSpeed CPU offload of optimizer state."""
-    logprob_impl: str = "auto"
+    logprob_impl: str = setting("auto", eval="optimisation and bookkeeping: training only")
     """Token log-prob/entropy implementation: auto | chunked | triton | naive."""
-    bf16_autocast: bool | str = "auto"
+    bf16_autocast: bool | str = setting("auto", eval="optimisation and bookkeeping: training only")
     """Run learner forwards (SFT, scoring, PPO) under bfloat16 autocast; weights, LM head and log-probs stay float32. auto: a ~1 s probe at start times one decoder block in both and picks bf16 only where it is faster (measured: 1.75x faster on one bf16 CPU, 2x slower on an AVX512-BF16 Xeon without AMX, ~10x slower on AVX2 only); true/false force it. The decision is printed and saved in summary.json."""
-    sft_warmup_steps: int = 0
+    sft_warmup_steps: int = setting(0, eval="optimisation and bookkeeping: training only")
     """Supervised warm-up steps on oracle demonstrations before RL."""
-    sft_lr: float = 1e-4
+    sft_lr: float = setting(1e-4, eval="optimisation and bookkeeping: training only")
     """Learning rate of the supervised warm-up."""
-    sft_temperature: float | None = None
+    sft_temperature: float | None = setting(None, eval="optimisation and bookkeeping: training only")
     """Temperature of the warm-up's NLL (logits / T). Unset: rollout.temperature (sampling at it then reproduces the fitted demonstrations; resolved value printed and saved). 1.0 fits the model's own distribution, as plain SFT does, and sampling at a lower rollout.temperature is then sharper than the demonstrations."""
-    sft_demos: int = 64
+    sft_demos: int = setting(64, eval="optimisation and bookkeeping: training only")
     """Training tasks the oracle demonstrates for the warm-up (successful ones are used)."""
-    sft_batch_size: int = 8
+    sft_batch_size: int = setting(8, eval="optimisation and bookkeeping: training only")
     """Demonstrations per warm-up step."""
-    oracle: str = ""
+    oracle: str = setting("", eval="optimisation and bookkeeping: training only")
     """Scripted oracle "module:Class" for the warm-up demonstrations (e.g. agentrl.envs.search.oracle:SearchOracle)."""
-    sft_fold_share: float = 0.0
+    sft_fold_share: float = setting(0.0, eval="optimisation and bookkeeping: training only")
     """Share of the warm-up demonstrations played with rollout.folding=branch by train.fold_oracle (an oracle that uses branch/return); the rest are played with this run's own rollout settings by train.oracle. One warm-up then shows the model both ways of working, each under its own system prompt (the folding prompt documents branch/return), so a ReAct arm and a folding arm can start from the same checkpoint. 0: none."""
-    fold_oracle: str = ""
+    fold_oracle: str = setting("", eval="optimisation and bookkeeping: training only")
     """With sft_fold_share > 0: the folding oracle "module:Class" (e.g. agentrl.envs.search.oracle:FoldingSearchOracle)."""
-    eval_temperature: float = 0.0
+    eval_temperature: float = setting(0.0, eval=True)
     """Sampling temperature of held-out evaluation (0 = greedy)."""
-    num_threads: int = 0
+    num_threads: int = setting(0, eval="optimisation and bookkeeping: training only")
     """torch CPU threads (0 = torch's default); 1 is fastest when other processes share the cores."""
-    trainable_layers: int = 0
+    trainable_layers: int = setting(0, eval="optimisation and bookkeeping: training only")
     """Full fine-tuning of only the top N transformer blocks and final norm (0 = every weight); cuts backward cost on CPU."""
-    seed: int = 0
+    seed: int = setting(0, eval="training streams (held-out evals sample from their own seed)")
     """Seed for tasks, sampling and initialisation; each episode samples from its own stream derived from (seed, step, task, sample index)."""
-    deterministic: bool = False
+    deterministic: bool = setting(False, eval="optimisation and bookkeeping: training only")
     """Strict determinism: torch.use_deterministic_algorithms(True) (raises on an op without a deterministic kernel), deterministic cuDNN/cuBLAS (slower on GPU), and lock-step decode batches that wait for a slow env call without limit. Without it CPU runs repeat too: batches are lock-step with an in-process generator, waiting at most 60 s for a slow env call (rollout/lockstep_cut counts the batches that went ahead)."""
-    save_episodes: bool = False
+    save_episodes: bool = setting(False, eval="optimisation and bookkeeping: training only")
     """Write each step's training episodes to out_dir/episodes/step-NNNNNN.jsonl (task-major order)."""
-    eval_every: int = 0
+    eval_every: int = setting(0, eval="optimisation and bookkeeping: training only")
     """Evaluate every N steps (0 = only before and after)."""
-    eval_episodes: int = 32
+    eval_episodes: int = setting(32, eval="how many tasks: checked on its own (the shared eval must cover them all)")
     """Held-out episodes per evaluation."""
-    eval_max_failed: float = 0.05
+    eval_max_failed: float = setting(0.05, eval="as rollout.episode_timeout_s")
     """Largest share of held-out episodes that may still have failed (crashed: generator, env or sandbox error) after two replays of the failed ones; they count as unsolved. Above it the eval stops the run, naming the first error: a success figure over crashed episodes measures the crash, not the policy. Each eval's episodes are saved to out_dir/eval/step-NNNNNN.jsonl."""
-    eval_before_from: str = ""
+    eval_before_from: str = setting("", eval="the sharing itself")
     """A finished run's out_dir whose held-out eval stands for this run's eval before RL, which then does not run: that run evaluated this run's starting model (agentrl study: the shared warm-up, whose exported model every arm starts from) on at least these eval_episodes tasks, greedy. Its per-task outcomes and eval record are taken as they are. Empty: evaluate."""
-    save_every: int = 0
+    save_every: int = setting(0, eval="optimisation and bookkeeping: training only")
     """Checkpoint every N steps (0 = only at the end)."""
-    out_dir: str = "runs/quickstart"
+    out_dir: str = setting("runs/quickstart", eval="optimisation and bookkeeping: training only")
     """Where checkpoints, episodes, metrics and plots go."""
-    resume: bool = True
+    resume: bool = setting(True, eval="optimisation and bookkeeping: training only")
     """Resume from the latest checkpoint in out_dir if one exists."""
-    wandb: bool = False
+    wandb: bool = setting(False, eval="optimisation and bookkeeping: training only")
     """Also log to Weights & Biases (when installed)."""
 
     def validate(self, prefix: str, mixture: bool = False) -> None:
@@ -425,68 +428,26 @@ class RunConfig:
         objective_plan(self)  # every objective need has a producer under this config; options resolve
 
 
-# the settings that decide what a held-out eval measures (besides the weights): two runs that agree on
-# these evaluate alike, so one may take the other's eval before RL (``train.eval_before_from``)
-EVAL_SETTINGS = (
-    "model.name", "model.dtype",
-    "env.id", "env.eval_split", "env.max_turns", "env.max_obs_chars", "env.kwargs", "env.mixture",
-    "rollout.backend", "rollout.base_url", "rollout.max_new_tokens", "rollout.max_context_tokens",
-    "rollout.folding", "rollout.summary_threshold", "rollout.max_summaries", "rollout.max_branches",
-    "rollout.branch_max_turns", "rollout.template_mode", "rollout.tool_schemas", "rollout.max_turns",
-    "rollout.top_p", "rollout.top_k", "train.eval_temperature",
-)  # fmt: skip
-# sampling filters: they shape a held-out eval only when it samples (train.eval_temperature > 0)
-SAMPLED_EVAL_SETTINGS = ("rollout.top_p", "rollout.top_k")
-# every other setting, with why it leaves the eval before RL alone; tests/train/test_config.py fails
-# on a setting in neither list, so a new one is classified when it is added, not forgotten
-NOT_EVAL_SETTINGS = {
-    "model.lora_rank": "a fresh adapter starts at zero (B = 0): the weights are the warm-up's",
-    "model.lora_alpha": "as lora_rank", "model.lora_targets": "as lora_rank",
-    "model.adapter": "the weights themselves: every arm of a study starts from its warm-up's",
-    "model.gradient_checkpointing": "training memory only",
-    "env.split": "the training tasks", "env.placement": "where envs run, not what they do",
-    "env.ray_address": "as placement", "env.num_cpus_per_env": "as placement", "env.envs_per_actor": "as placement",
-    "env.ray_resources": "as placement", "env.ray_call_timeout_s": "as placement",
-    "env.ray_start_timeout_s": "as placement", "env.ray_lost_retries": "as placement", "env.ray_services": "as placement",
-    "env.normalize_rewards": "training reward scaling (success is the env's own metric)",
-    "env.filter_window": "which training tasks are drawn", "env.filter_solved": "as filter_window",
-    "env.filter_failed": "as filter_window", "env.filter_cooldown": "as filter_window",
-    "rollout.group_size": "training samples per task (evals run one per task)",
-    "rollout.branches": "training tree rollouts (evals run chains)", "rollout.branch_at": "training tree rollouts",
-    "rollout.fork": "training tree rollouts: how a branch reaches its branch point (the same state either way)",
-    "rollout.branch_temperature": "training tree rollouts: the branches' sampling (evals run chains)",
-    "rollout.tasks_per_step": "training batch", "rollout.temperature": "training sampling (evals use train.eval_temperature)",
-    "rollout.concurrency": "episodes in flight: the same episodes, batched otherwise (float sums may "
-                           "differ in their last bits)",
-    "rollout.prefix_cache_tokens": "K/V reuse: the same tokens, computed once",
-    "rollout.episode_timeout_s": "failure handling: failed eval episodes are replayed and counted (train.eval_max_failed)",
-    "rollout.watchdog_s": "as episode_timeout_s", "rollout.watchdog_action": "as episode_timeout_s",
-    "rollout.max_retries": "as episode_timeout_s",
-    "rollout.unfolded_penalty": "training reward shaping (success is the env's own metric)",
-    "rollout.unfolded_threshold": "as unfolded_penalty", "rollout.failure_penalty": "as unfolded_penalty",
-    "rollout.scope_penalty": "as unfolded_penalty", "rollout.scope_judge": "as unfolded_penalty",
-    "rollout.scope_judge_url": "as unfolded_penalty", "rollout.scope_judge_model": "as unfolded_penalty",
-    "rollout.scope_judge_timeout_s": "as unfolded_penalty",
-    **{f"algo.{name}": "the objective: training only" for name in (
-        "advantage", "loss", "ratio", "agg", "agg_unit", "clip_low", "clip_high", "kl_coef", "kl_kind",
-        "entropy_coef", "gamma", "lam", "clip_bias_correction", "clip_bias_floor", "dynamic_sampling",
-        "refill_rounds", "drop_void_turns", "options", "loss_options", "critic", "vf_coef", "vf_clip",
-        "old_logprobs", "mismatch_correction", "mismatch_cap", "ig_template", "full_ctx_dropout")},
-    **{f"train.{name}": "optimisation and bookkeeping: training only" for name in (
-        "steps", "lr", "weight_decay", "warmup_steps", "ppo_epochs", "minibatch_size", "micro_batch_size",
-        "max_grad_norm", "skip_zero_advantage", "engine", "zero_stage", "offload", "logprob_impl",
-        "bf16_autocast", "sft_warmup_steps", "sft_lr", "sft_temperature", "sft_demos", "sft_batch_size",
-        "oracle", "sft_fold_share", "fold_oracle", "num_threads", "trainable_layers", "deterministic",
-        "save_episodes", "eval_every", "save_every", "out_dir", "resume", "wandb")},
-    "train.seed": "training streams (held-out evals sample from their own seed)",
-    "train.eval_episodes": "how many tasks: checked on its own (the shared eval must cover them all)",
-    "train.eval_max_failed": "as rollout.episode_timeout_s", "train.eval_before_from": "the sharing itself",
-}  # fmt: skip
+def _eval_classes() -> dict[str, bool | str]:
+    """Each setting's ``eval=`` (:func:`agentrl.setting.setting`), dotted key -> True / WHEN_SAMPLED / why not."""
+    hints = typing.get_type_hints(RunConfig)
+    return {f"{section.name}.{f.name}": eval_class(f) for section in dataclasses.fields(RunConfig)
+            for f in dataclasses.fields(hints[section.name])}  # fmt: skip
+
+
+# read from the fields' declarations (each setting says once, where it is declared, whether it shapes
+# the held-out eval): two runs that agree on EVAL_SETTINGS evaluate alike, so one may take the other's
+# eval before RL (``train.eval_before_from``); SAMPLED_EVAL_SETTINGS shape it only when it samples
+# (train.eval_temperature > 0); NOT_EVAL_SETTINGS maps every other setting to why it does not
+EVAL_SETTINGS = tuple(k for k, v in _eval_classes().items() if v is True or v == WHEN_SAMPLED)
+SAMPLED_EVAL_SETTINGS = tuple(k for k, v in _eval_classes().items() if v == WHEN_SAMPLED)
+NOT_EVAL_SETTINGS = {k: v for k, v in _eval_classes().items() if isinstance(v, str) and v != WHEN_SAMPLED}
 
 
 def eval_settings(config: RunConfig) -> dict[str, Any]:
     """``EVAL_SETTINGS`` of a run config, dotted key -> value (a greedy eval's sampling filters as
     ``None``: unused)."""
+    config = resolve_env_budgets(config)  # an unset turn budget evaluates as the registration's
     values = {}
     for key in EVAL_SETTINGS:
         section, name = key.split(".")
@@ -692,9 +653,29 @@ def load_config(
         values = loaded
     values = _merge(_mixture_form(values), _mixture_form(parse_overrides(list(overrides))))
     config = _build(cls, values)
+    if isinstance(config, RunConfig):
+        config = resolve_env_budgets(config)
     if validate:
         config.validate()
     return config
+
+
+def resolve_env_budgets(config: RunConfig) -> RunConfig:
+    """``env.max_turns`` / ``env.max_obs_chars`` (and each mixture entry's) left unset -> the env's
+    registration (:func:`agentrl.env.register`), the one home of those defaults; values set are
+    kept, and an unknown id is left for validation to name."""
+    from agentrl.env import registered_obs_cap, registered_turn_budget
+
+    def filled(part: Any) -> Any:
+        kwargs = dict(part.kwargs)
+        turns = part.max_turns if part.max_turns is not None else registered_turn_budget(part.id, kwargs)
+        cap = part.max_obs_chars if part.max_obs_chars is not None else registered_obs_cap(part.id, kwargs)
+        return dataclasses.replace(part, max_turns=turns, max_obs_chars=cap)
+
+    env = config.env
+    if env.mixture:
+        return dataclasses.replace(config, env=dataclasses.replace(env, mixture=tuple(filled(e) for e in env.mixture)))
+    return dataclasses.replace(config, env=filled(env))
 
 
 def _mixture_form(values: dict[str, Any]) -> dict[str, Any]:

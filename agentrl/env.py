@@ -375,7 +375,7 @@ class TextEnv(gym.Env[str, str]):
 
 
 def _first_difference(a: str, b: str) -> str:
-    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
     return b[max(at - 20, 0) : at + 40]
 
 
@@ -495,10 +495,14 @@ def solved(metrics: dict[str, float], outcome: float, metric: str) -> float:
 
 # --------------------------------------------------------------------------- registry
 ENV_DESCRIPTIONS: dict[str, str] = {}
+#: the observation cap (characters) of a registration that states none: the one default of it
+#: (``env.max_obs_chars`` unset means the registration's cap)
+MAX_OBS_CHARS = 8192
 
 
-def build_env(*, entry_point: str, max_turns: int = 10, max_obs_chars: int = 8192, **kwargs: Any) -> gym.Env:
-    """Construct an env and apply the one wrapper stack (budgets); gymnasium adds order checks."""
+def build_env(*, entry_point: str, max_turns: int, max_obs_chars: int, **kwargs: Any) -> gym.Env:
+    """Construct an env and apply the one wrapper stack (budgets); gymnasium adds order checks. The
+    budgets come from the registration (:func:`register`) or the caller: there is no default here."""
     env = load_entry_point(entry_point)(**kwargs)
     env = ObservationBudget(env, max_obs_chars)
     return TurnBudget(env, max_turns)
@@ -509,11 +513,14 @@ def register(
     entry_point: str,
     *,
     description: str,
-    max_turns: int = 10,
-    max_obs_chars: int = 8192,
+    max_turns: int,
+    max_obs_chars: int = MAX_OBS_CHARS,
     kwargs: dict[str, Any] | None = None,
 ) -> None:
     """Register an env id (``agentrl/Name-v0``) with a lazy ``"module:Class"`` entry point.
+
+    ``max_turns`` is the env's own turn budget, stated by every registration (WebShop 15, GAIA 30):
+    a run's ``env.max_turns`` unset means it, as do ``agentrl eval`` and ``agentrl.make``.
 
     ``gymnasium.make(id)`` and :func:`make` both apply the budgets; ``kwargs`` become the
     constructor's defaults and may be overridden at ``make`` time (as may ``max_turns`` and
@@ -548,6 +555,13 @@ def registered_turn_budget(id: str, kwargs: dict[str, Any] | None = None) -> int
     if kwargs and "max_turns" in kwargs:
         return int(kwargs["max_turns"])
     return int(gym.spec(id).kwargs["max_turns"]) if id in ENV_DESCRIPTIONS else None
+
+
+def registered_obs_cap(id: str, kwargs: dict[str, Any] | None = None) -> int | None:
+    """The observation cap ``make(id, **kwargs)`` gives (``max_obs_chars`` in kwargs, else the registration's)."""
+    if kwargs and "max_obs_chars" in kwargs:
+        return int(kwargs["max_obs_chars"])
+    return int(gym.spec(id).kwargs["max_obs_chars"]) if id in ENV_DESCRIPTIONS else None
 
 
 def success_metric(id: str) -> str:

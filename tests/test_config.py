@@ -79,9 +79,10 @@ def test_a_prefix_cache_budget_for_a_server_backend_is_refused():
 
 
 def test_every_setting_is_classified_as_shaping_the_held_out_eval_or_not():
-    """A new setting fails here until it is put in EVAL_SETTINGS (arms that differ in it evaluate
-    themselves) or NOT_EVAL_SETTINGS (with why): a forgotten one would let a study arm take a
-    held-out eval it would not have produced."""
+    """A new setting fails here until it is declared with ``setting(default, eval=...)``: True (arms
+    that differ in it evaluate themselves), WHEN_SAMPLED, or why it does not shape the eval
+    (``agentrl.setting``); a forgotten one would let a study arm take a held-out eval it would not
+    have produced. EVAL_SETTINGS / NOT_EVAL_SETTINGS are read from those declarations."""
     import dataclasses
 
     from agentrl.config import EVAL_SETTINGS, NOT_EVAL_SETTINGS

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentrl.errors import ConfigError, GeneratorError
+from agentrl.rollout.generators.http import RequestPolicy
+from agentrl.rollout.settings import RolloutConfig
 
 if TYPE_CHECKING:
     from agentrl.eval.agents import AgentSpec
@@ -49,6 +51,12 @@ def _parse(kind: type, raw: Any) -> Any:
     return kind(raw)
 
 
+#: eval's budgets as a preset over the rollout settings (:class:`RolloutConfig`, their one home):
+#: an eval episode gets more room than the rollout defaults give a training one (a larger model, a
+#: GAIA task); ``run_model_jobs`` builds its RolloutConfig from these
+EVAL_ROLLOUT = RolloutConfig(max_new_tokens=192, max_context_tokens=4096, episode_timeout_s=900.0)
+
+
 @dataclass(frozen=True)
 class ModelEvalConfig:
     """Budgets and remote-request settings of model agents (env turn budgets come from the env
@@ -59,12 +67,13 @@ class ModelEvalConfig:
     variable or a CLI option), and :meth:`describe` prints it.
     """
 
-    max_new_tokens: int = 192
-    max_context_tokens: int = 4096
-    episode_timeout_s: float = 900.0
+    # the budgets: eval's preset over the rollout settings (EVAL_ROLLOUT), not a second set of defaults
+    max_new_tokens: int = EVAL_ROLLOUT.max_new_tokens
+    max_context_tokens: int = EVAL_ROLLOUT.max_context_tokens
+    episode_timeout_s: float = EVAL_ROLLOUT.episode_timeout_s
     #: a hung request costs this once: timeouts are not retried and their episodes not replayed
     request_timeout_s: float = 90.0
-    max_retries: int = 2
+    max_retries: int = RequestPolicy.max_retries  # of a remote request: the request policy's own
     api_key_env: str = "OPENAI_API_KEY"
     tool_protocol: str = "native"
     images: bool = False  # chat agents: send image attachments as image content parts
@@ -259,7 +268,6 @@ def run_model_jobs(
         ``(episode, seconds)`` per job, and the setup seconds (loading the model or tokenizer).
     """
     from agentrl.rollout.runner import run_episodes
-    from agentrl.rollout.settings import RolloutConfig
 
     budgets = settings or ModelEvalConfig.from_env()
     start = time.perf_counter()

@@ -5,6 +5,8 @@ YAML and dotted overrides) and what code passes to :func:`agentrl.rollout.runner
 there is no second copy of these fields. :meth:`RolloutConfig.validate` is their one check (the
 sampler's ranges through :meth:`RolloutConfig.sampling`, and FoldGRPO's process-reward settings,
 included); every error names the field and the fix.
+The sampler's fields (max_new_tokens, temperature, top_p, top_k) take their defaults from
+:class:`SamplingParams`, the request they become: one home per default.
 What is not a setting - a progress bar, callbacks, the env's constructor arguments, lockstep
 batching - is a keyword argument of the runner.
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 from agentrl.errors import ConfigError, check_choice
 from agentrl.rollout.generators.base import SamplingParams
+from agentrl.setting import WHEN_SAMPLED, setting
 
 #: who judges a FoldGRPO branch's scope (``rollout.scope_judge``)
 JUDGES = ("rule", "policy", "openai", "none")
@@ -30,75 +33,75 @@ PROCESS_REWARD_SETTINGS = ("unfolded_penalty", "unfolded_threshold", "failure_pe
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    backend: str = "hf"
+    backend: str = setting("hf", eval=True)
     """Generator backend: hf | vllm | openai."""
-    base_url: str | None = None
+    base_url: str | None = setting(None, eval=True)
     """Server URL for the openai backend (e.g. http://127.0.0.1:8000/v1)."""
-    group_size: int = 4
+    group_size: int = setting(4, eval="training samples per task (evals run one per task)")
     """Rollouts per task (G) for group-relative advantages; with branches > 0, the roots (trees) per task."""
-    branches: int = 0
+    branches: int = setting(0, eval="training tree rollouts (evals run chains)")
     """Tree rollouts (Tree-GRPO / ARPO style): after each root episode ends, this many more episodes fork from it at a turn boundary (branch_at) and continue on their own; a root and its branches form one group, and the turns they share are left out of the loss. 0 = chains (group_size independent episodes per task)."""
-    branch_at: str = "last"
+    branch_at: str = setting("last", eval="training tree rollouts")
     """With branches > 0: where a branch forks from its root: last (before the root's last turn: the answer, for a search agent) | uniform (a turn boundary drawn uniformly, seeded) | entropy (ARPO: after the tool result whose next turn starts with the highest first-token entropy; last when the root has no such turn or no entropies)."""
-    branch_temperature: float | None = None
+    branch_temperature: float | None = setting(None, eval="training tree rollouts: the branches' sampling (evals run chains)")
     """With branches > 0: the sampling temperature of the turns a branch generates after its branch point (the root's turns keep temperature): more exploration exactly where a group is decided, e.g. 1.0 for answers the policy gets confidently wrong at 0.6; recorded per turn (Turn.temperature). The learner's log-probs stay at temperature, so a different value needs algo.old_logprobs=recompute. Unset = temperature."""
-    fork: str = "replay"
+    fork: str = setting("replay", eval="training tree rollouts: how a branch reaches its branch point (the same state either way)")
     """With branches > 0: how a branch reaches its branch point: replay (each branch replays the root's turns into an env of its own) | env (the turns are replayed once into one env, which the env's fork() copies for each branch: fewer tool calls and sandbox cells; an env that cannot fork is an error) | auto (env where the env forks, else replay)."""
-    tasks_per_step: int = 4
+    tasks_per_step: int = setting(4, eval="training batch")
     """Tasks sampled per training step."""
-    concurrency: int = 8
+    concurrency: int = setting(8, eval="episodes in flight: the same episodes, batched otherwise (float sums may differ in their last bits)")
     """Episodes run at once."""
-    max_new_tokens: int = 128
+    max_new_tokens: int = setting(SamplingParams.max_new_tokens, eval=True)
     """Token budget of one assistant turn."""
-    max_context_tokens: int = 2048
+    max_context_tokens: int = setting(2048, eval=True)
     """Token budget of a whole episode context; the episode is truncated past it."""
-    temperature: float = 1.0
+    temperature: float = setting(SamplingParams.temperature, eval="training sampling (evals use train.eval_temperature)")
     """Sampling temperature."""
-    top_p: float = 1.0
+    top_p: float = setting(SamplingParams.top_p, eval=WHEN_SAMPLED)
     """Nucleus sampling threshold."""
-    episode_timeout_s: float = 300.0
+    episode_timeout_s: float = setting(300.0, eval="failure handling: failed eval episodes are replayed and counted (train.eval_max_failed)")
     """Budget of one episode's own time: wall-clock, less its waits for an in-process generator that decodes the whole wave together (hf, vllm), so a loaded machine does not time out a whole wave; env and tool calls always count. With a remote server (openai), wall-clock."""
-    watchdog_s: float = 120.0
+    watchdog_s: float = setting(120.0, eval="as episode_timeout_s")
     """An episode with no progress for this long is named, then cancelled."""
-    folding: str = "none"
+    folding: str = setting("none", eval=True)
     """Context folding: none | branch (FoldGRPO branch/return) | summary (SUPO/FoldAct)."""
-    summary_threshold: int = 1536
+    summary_threshold: int = setting(1536, eval=True)
     """With folding=summary: summarize when the working context passes this many tokens."""
-    max_summaries: int = 4
+    max_summaries: int = setting(4, eval=True)
     """With folding=summary: at most this many summaries (context restarts) per episode."""
-    max_branches: int = 10
+    max_branches: int = setting(10, eval=True)
     """With folding=branch: at most this many branches per episode."""
-    branch_max_turns: int = 8
+    branch_max_turns: int = setting(8, eval=True)
     """With folding=branch: a branch that runs this many env turns without return is closed."""
-    top_k: int = 0
+    top_k: int = setting(SamplingParams.top_k, eval=WHEN_SAMPLED)
     """Top-k sampling (0 = off)."""
-    template_mode: str = "auto"
+    template_mode: str = setting("auto", eval=True)
     """Token bookkeeping: auto (concat if the chat template passes the conformance check, else one row per turn) | concat | per_turn."""
-    tool_schemas: bool = True
+    tool_schemas: bool = setting(True, eval=True)
     """Render the tools' JSON schemas into the system prompt; false when the env's system prompt already documents its tools (fewer prompt tokens; with folding=branch, branch/return are then documented in text)."""
-    watchdog_action: str = "cancel"
+    watchdog_action: str = setting("cancel", eval="as episode_timeout_s")
     """What the watchdog does with a stalled episode: cancel (record it as failed) | retry (fresh env, up to max_retries)."""
-    max_retries: int = 1
+    max_retries: int = setting(1, eval="as episode_timeout_s")
     """With watchdog_action=retry: re-runs of a stalled episode."""
-    unfolded_penalty: float = -1.0
+    unfolded_penalty: float = setting(-1.0, eval="training reward shaping (success is the env's own metric)")
     """With folding=branch: FoldGRPO process reward Q on each main-thread token generated once the main context is past unfolded_threshold (branch-creating turns exempt); paper: -1."""
-    unfolded_threshold: float = 0.5
+    unfolded_threshold: float = setting(0.5, eval="as unfolded_penalty")
     """With folding=branch: fraction of max_context_tokens past which main-thread tokens get unfolded_penalty; paper: 0.5."""
-    failure_penalty: float = -1.0
+    failure_penalty: float = setting(-1.0, eval="as unfolded_penalty")
     """With folding=branch: Q on each token of a turn whose tool call failed (tool error, malformed call, misplaced branch/return); paper: -1."""
-    scope_penalty: float = -0.2
+    scope_penalty: float = setting(-0.2, eval="as unfolded_penalty")
     """With folding=branch: Q on each token of a branch the scope judge finds went beyond its sub-task; paper: -0.2."""
-    scope_judge: str = "rule"
+    scope_judge: str = setting("rule", eval="as unfolded_penalty")
     """With folding=branch: who judges branch scope: rule (content-word rules, no model) | policy (the rollout's own generator) | openai (an OpenAI-compatible server at scope_judge_url; the paper used GPT-5-nano) | none."""
-    scope_judge_url: str | None = None
+    scope_judge_url: str | None = setting(None, eval="as unfolded_penalty")
     """With scope_judge=openai: the server's base URL (e.g. http://127.0.0.1:8000/v1)."""
-    scope_judge_model: str = ""
+    scope_judge_model: str = setting("", eval="as unfolded_penalty")
     """With scope_judge=openai: model name to request ("" = the first one the server lists)."""
-    scope_judge_timeout_s: float = 30.0
+    scope_judge_timeout_s: float = setting(30.0, eval="as unfolded_penalty")
     """Timeout of one scope-judge call (an LLM judge that fails or times out fails its episode)."""
-    prefix_cache_tokens: int | None = None
+    prefix_cache_tokens: int | None = setting(None, eval="K/V reuse: the same tokens, computed once")
     """With backend=hf: K/V tokens the generator keeps between turns, so a turn prefills only what is new (~45 KiB a token for SmolLM2 in float32); unset = every episode in flight (concurrency x max_context_tokens, at least 65,536), capped at a quarter of the machine's memory (RAM, or the GPU's) (the resolved number is printed and saved); 0 = off."""
-    max_turns: int | None = None
+    max_turns: int | None = setting(None, eval=True)
     """Cap on generated turns per episode (branch, return and summary turns count); unset = from the env's own turn budget (env.max_turns) and the context strategy."""
 
     @property

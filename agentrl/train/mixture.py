@@ -140,10 +140,10 @@ def validate_mixture(env: Any, prefix: str = "env", *, mixture_id: str = MIXTURE
         if not entry.weight > 0:
             raise ConfigError(f"{at}.weight", f"must be > 0, got {entry.weight:g}",
                               "give every env a positive share (e.g. 1), or drop the entry")  # fmt: skip
-        if entry.max_turns < 1:
-            raise ConfigError(f"{at}.max_turns", f"must be >= 1, got {entry.max_turns}")
-        if entry.max_obs_chars < 1:
-            raise ConfigError(f"{at}.max_obs_chars", f"must be >= 1, got {entry.max_obs_chars}")
+        for name in ("max_turns", "max_obs_chars"):  # unset: the registration's (config.resolve_env_budgets)
+            if getattr(entry, name) is not None and getattr(entry, name) < 1:
+                raise ConfigError(f"{at}.{name}", f"must be >= 1, got {getattr(entry, name)}",
+                                  "or leave it unset for the env's registration")  # fmt: skip
         if entry.train_tasks < 0:
             raise ConfigError(f"{at}.train_tasks", f"must be >= 0, got {entry.train_tasks}", "0 uses every task")
         if entry.eval_episodes is not None and entry.eval_episodes < 1:
@@ -152,7 +152,7 @@ def validate_mixture(env: Any, prefix: str = "env", *, mixture_id: str = MIXTURE
         if entry.oracle and ":" not in entry.oracle:
             raise ConfigError(f"{at}.oracle", f"{entry.oracle!r} is not module:Class",
                               "e.g. agentrl.envs.sql.oracle:SQLOracle, or leave it empty")  # fmt: skip
-        if not 0 <= entry.horizon_start <= entry.max_turns:
+        if entry.max_turns is not None and not 0 <= entry.horizon_start <= entry.max_turns:
             raise ConfigError(f"{at}.horizon_start", f"must be in [0, max_turns={entry.max_turns}], got {entry.horizon_start}",
                               "the curriculum's first turn budget; 0 turns it off")  # fmt: skip
         for name in ("horizon_every", "horizon_by"):

@@ -24,7 +24,7 @@ import torch
 import yaml
 
 from agentrl.algos.mismatch import mismatch_metrics
-from agentrl.config import RunConfig, eval_differences, load_config, to_dict
+from agentrl.config import RunConfig, eval_differences, load_config, resolve_env_budgets, to_dict
 from agentrl.errors import AgentRLError, ConfigError
 from agentrl.rollout.generators.base import derive_seed
 from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, seed_everything
@@ -192,12 +192,12 @@ class Rollouts:
         from agentrl.rollout.remote_env import episode_envs
 
         env_cfg = config.env
-        self.env_kwargs = dict(
-            max_turns=env_cfg.max_turns, max_obs_chars=env_cfg.max_obs_chars, **env_cfg.kwargs
-        )
+        budgets = {"max_turns": env_cfg.max_turns, "max_obs_chars": env_cfg.max_obs_chars}
+        # an unset budget is the env's registration's (agentrl.config.resolve_env_budgets)
+        self.env_kwargs = {**{k: v for k, v in budgets.items() if v is not None}, **env_cfg.kwargs}
         self.make_env = lambda: agentrl.make(env_cfg.id, **self.env_kwargs)
         self.episode_env = episode_envs(env_cfg, self.env_kwargs, self.make_env)  # local or Ray actors
-        self._budget_envs: dict[int, Any] = {env_cfg.max_turns: self.episode_env}  # horizon curriculum
+        self._budget_envs: dict[int | None, Any] = {env_cfg.max_turns: self.episode_env}  # horizon curriculum
         probe = self.make_env()
         self.train_tasks = list(probe.unwrapped.load_tasks(env_cfg.split))
         self.eval_tasks = list(probe.unwrapped.load_tasks(env_cfg.eval_split))
@@ -370,6 +370,7 @@ def train(config: RunConfig) -> dict[str, Any]:
     from agentrl.rollout.generators.base import make_generator
     from agentrl.rollout.model import load_model
 
+    config = resolve_env_budgets(config)  # unset turn budget / observation cap: the env's registration
     if config.env.mixture:  # entries' names and eval sizes resolved: printed and saved as they run
         from agentrl.train.mixture import resolve
 
@@ -385,6 +386,9 @@ def train(config: RunConfig) -> dict[str, Any]:
         _shared_summary(train_cfg.eval_before_from)
         _check_same_eval(train_cfg.eval_before_from, config)
     progress = RunProgress(out_dir, enabled=rank0, append=resume_from is not None)
+    if not config.env.mixture:  # a mixture's per-env budgets are in its lines below
+        progress.print(f"env: {config.env.id} max_turns={config.env.max_turns} max_obs_chars={config.env.max_obs_chars} "
+                       "(unset in the config: the env's registration)")  # fmt: skip
 
     # model, policy (LoRA, critic), generator over the live model, env tasks
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -89,7 +89,7 @@ def test_a_list_of_envs_is_the_mixture_form_and_overrides_reach_one_entry(tmp_pa
     mapped = load_config(tmp_path / "mapping.yaml", ["env.mixture.1.weight=3", "env.mixture.0.max_turns=5"])
     assert listed == mapped
     assert listed.env.id == "mixture"
-    assert [(e.short_name(), e.weight, e.max_turns) for e in listed.env.mixture] == [("search", 1.0, 5), ("sqlshop", 3.0, 6)]
+    assert [(e.short_name(), e.weight, e.max_turns) for e in listed.env.mixture] == [("search", 1.0, 5), ("sqlshop", 3.0, 10)]  # unset: the registration's
     # the saved form loads back to the same config (resolved_config.yaml)
     (tmp_path / "saved.yaml").write_text(yaml.safe_dump(to_dict(listed)))
     assert load_config(tmp_path / "saved.yaml") == listed
@@ -107,7 +107,7 @@ def test_a_list_of_envs_is_the_mixture_form_and_overrides_reach_one_entry(tmp_pa
         ([{"id": "test/MixHermes-v0"}, {"id": "test/MixReact-v0"}], {}, [], "env[1].id", "mismatched prompt formats"),
         ([SEARCH, {**SEARCH, "kwargs": {}}], {}, [], "env[1].name", "also env[0]'s name"),
         ([SEARCH, SQL], {}, ["env.max_turns=3"], "env.max_turns", "set it per entry: env[i].max_turns"),
-        ([SEARCH, SQL], {}, ["env.1.horizon_start=9"], "env[1].horizon_start", "must be in [0, max_turns=6]"),
+        ([SEARCH, SQL], {}, ["env.1.horizon_start=11"], "env[1].horizon_start", "must be in [0, max_turns=10]"),
         ([SEARCH, SQL], {}, ["env.1.horizon_every=2"], "env[1].horizon_every", "curriculum, which is off"),
         ([SEARCH, SQL], {"filter_solved": 0.9}, [], "env.filter_solved", "filter, which is off"),
         ([SEARCH, SQL], {"filter_window": 2, "filter_failed": 0.5, "filter_solved": 0.5}, [], "env.filter_solved",

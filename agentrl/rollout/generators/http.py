@@ -38,8 +38,8 @@ class RequestPolicy:
     """Timeouts, retries and the circuit breaker of remote requests.
 
     ``timeout_setting`` is the name of the setting the user changes to raise ``timeout_s`` where
-    they are (``--request-timeout-s`` in eval, ``rollout.request_timeout_s`` in training); error
-    messages name it.
+    they are (``--request-timeout-s`` in eval; training's openai backend leaves the default, which
+    has no setting); error messages name it.
     """
 
     timeout_s: float = 120.0

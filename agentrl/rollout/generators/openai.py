@@ -60,13 +60,13 @@ class OpenAIGenerator(Generator):
         *,
         model: str | None = None,
         api_key: str | None = None,
-        timeout_s: float = 120.0,
-        connect_timeout_s: float = 10.0,
+        timeout_s: float = RequestPolicy.timeout_s,
+        connect_timeout_s: float = RequestPolicy.connect_timeout_s,
         max_retries: int = 4,
-        backoff_s: float = 0.5,
+        backoff_s: float = RequestPolicy.backoff_s,
         concurrency: int = 32,
         extra_body: dict[str, Any] | None = None,
-        breaker_failures: int = 8,
+        breaker_failures: int = RequestPolicy.breaker_failures,
         timeout_setting: str = "OpenAIGenerator(timeout_s=...)",
     ):
         self.base_url = base_url.rstrip("/")
