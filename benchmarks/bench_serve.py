@@ -11,6 +11,7 @@ machine is shared).
 
     python benchmarks/bench_serve.py                  # 64 new tokens, levels 1 8 32
     python benchmarks/bench_serve.py --quick          # 8 new tokens, levels 1 8
+    python benchmarks/bench_serve.py --levels 8 --stagger 2   # requests arriving while others decode
 """
 
 from __future__ import annotations
@@ -32,14 +33,18 @@ from agentrl.serve.server import BackgroundServer, build_app  # noqa: E402
 ASK = "Count from 1 to 200, separated by commas."
 
 
-async def wave(url: str, concurrency: int, max_tokens: int) -> tuple[list[float], int, float]:
-    """``concurrency`` streamed chats at once: time to first token per request, tokens in all, the
-    wave's wall seconds."""
+async def wave(
+    url: str, concurrency: int, max_tokens: int, stagger: float = 0.0
+) -> tuple[list[float], int, float]:
+    """``concurrency`` streamed chats, started together (``stagger`` 0) or ``stagger`` seconds
+    apart: time to first token per request (from its own start), tokens in all, the wave's wall
+    seconds."""
     import openai
 
     client = openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0, timeout=3600)
 
     async def one(i: int) -> tuple[float, int]:
+        await asyncio.sleep(i * stagger)
         start = time.perf_counter()
         first, tokens = None, 0
         stream = await client.chat.completions.create(
@@ -71,6 +76,13 @@ def main() -> None:
     p.add_argument("--levels", type=int, nargs="+", default=None, help="concurrent requests per wave")
     p.add_argument("--max-tokens", type=int, default=None)
     p.add_argument("--modes", nargs="+", default=["continuous", "static"])
+    p.add_argument(
+        "--stagger",
+        type=float,
+        default=0.0,
+        help="seconds between request starts within a wave (0: all at once; >0: requests arrive "
+        "while others decode, which is what continuous batching changes)",
+    )
     args = p.parse_args()
     max_tokens = args.max_tokens or (8 if args.quick else 64)
     levels = args.levels or ([1, 8] if args.quick else [1, 8, 32])
@@ -83,7 +95,7 @@ def main() -> None:
         with BackgroundServer(build_app(generator, tokenizer, "smollm2-135m", batching=mode)) as server:
             asyncio.run(wave(server.url, 1, 4))  # warm-up
             for level in levels:
-                firsts, tokens, wall = asyncio.run(wave(server.url, level, max_tokens))
+                firsts, tokens, wall = asyncio.run(wave(server.url, level, max_tokens, args.stagger))
                 measured[mode, level] = (
                     tokens / wall,
                     percentile(firsts, 50),
@@ -108,9 +120,10 @@ def main() -> None:
                 rows.append(Row(f"{mode}, {level} concurrent: wave wall time", wall, "s",
                                 f"{mode}, {levels[0]} request", one_wall))  # fmt: skip
     load = os.getloadavg()
+    arrival = f"requests {args.stagger:g} s apart" if args.stagger else "requests at once"
     print_table(
         rows,
-        f"agentrl serve (built-in SmolLM2, greedy, {max_tokens} new tokens; load average after "
+        f"agentrl serve (built-in SmolLM2, greedy, {max_tokens} new tokens, {arrival}; load average after "
         f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f})",
     )
     write_json(args.json_path, "bench_serve", rows, args.quick)
