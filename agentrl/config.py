@@ -22,6 +22,7 @@ import yaml
 
 from agentrl.errors import ConfigError
 from agentrl.errors import check_choice as _choice
+from agentrl.rollout.remote_env import RaySettings  # the placement defaults' home
 from agentrl.rollout.settings import RolloutConfig as RolloutConfig  # the one rollout settings class
 from agentrl.setting import WHEN_SAMPLED, eval_class, setting
 
@@ -73,21 +74,21 @@ class EnvConfig:
     """Extra keyword arguments for the env constructor."""
     placement: str = setting("local", eval="where envs run, not what they do")
     """Where episodes' envs live: local (this process) | ray (Ray actors; needs agentrl[ray])."""
-    ray_address: str | None = setting(None, eval="as placement")
+    ray_address: str | None = setting(RaySettings.address, eval="as placement")
     """With placement ray: a cluster address (auto, host:port, ray://...) or null for a local Ray."""
-    num_cpus_per_env: float = setting(1.0, eval="as placement")
+    num_cpus_per_env: float = setting(RaySettings.num_cpus_per_env, eval="as placement")
     """With placement ray: CPUs Ray reserves per env (an actor reserves envs_per_actor times this)."""
-    envs_per_actor: int = setting(1, eval="as placement")
+    envs_per_actor: int = setting(RaySettings.envs_per_actor, eval="as placement")
     """With placement ray: envs one actor hosts at once (its sandbox pool/tool clients are shared)."""
     ray_resources: dict[str, float] = setting(default_factory=dict, eval="as placement")
     """With placement ray: custom resource labels each env actor needs, e.g. {envnode: 1}."""
-    ray_call_timeout_s: float = setting(120.0, eval="as placement")
+    ray_call_timeout_s: float = setting(RaySettings.call_timeout_s, eval="as placement")
     """With placement ray: timeout of each remote env call (reset/step); past it the episode fails."""
-    ray_start_timeout_s: float = setting(300.0, eval="as placement")
+    ray_start_timeout_s: float = setting(RaySettings.start_timeout_s, eval="as placement")
     """With placement ray: how long an episode waits for its env to start (an actor on a node with room, the env built on it); the rollout watchdog and episode timeout do not count this wait."""
-    ray_lost_retries: int = setting(0, eval="as placement")
+    ray_lost_retries: int = setting(RaySettings.lost_retries, eval="as placement")
     """With placement ray: times an episode whose env actor died is rerun on a new actor (0: recorded failed)."""
-    ray_services: str = setting("node", eval="as placement")
+    ray_services: str = setting(RaySettings.services, eval="as placement")
     """With placement ray: shared tool services: node (one sandbox pool and shop server per node) | cluster
     (one shop for the cluster; sandbox pools stay per node) | actor (each env actor its own)."""
     mixture: tuple[EnvEntry, ...] = setting((), eval=True)

@@ -41,11 +41,6 @@ CONSTANT_WORDS = (
 
 #: (file, class or function, name) -> why this literal is not a second default of the setting
 OTHER_MEANING = {
-    ("agentrl/rollout/generators/base.py", "SamplingParams", "max_new_tokens"):
-        "the home of the sampler defaults: RolloutConfig's max_new_tokens/temperature/top_p/top_k refer to it",
-    ("agentrl/rollout/generators/base.py", "SamplingParams", "temperature"): "as max_new_tokens",
-    ("agentrl/rollout/generators/base.py", "SamplingParams", "top_p"): "as max_new_tokens",
-    ("agentrl/rollout/generators/base.py", "SamplingParams", "top_k"): "as max_new_tokens",
     ("agentrl/rollout/generators/http.py", "RequestPolicy", "max_retries"):
         "retries of one HTTP request (eval's --max-retries refers to it), not rollout.max_retries (watchdog re-runs)",
     ("agentrl/rollout/generators/openai.py", "__init__", "concurrency"):
@@ -60,8 +55,6 @@ OTHER_MEANING = {
     ("agentrl/rollout/agent.py", "<module>", "DEFAULT_MAX_TURNS"):
         "the cap of an env built outside the registry (no TurnBudget, so no turn budget applies at all); "
         "a registered env's budget is its registration's",
-    ("agentrl/env.py", "<module>", "MAX_OBS_CHARS"):
-        "the home of the observation cap: register()'s default, which env.max_obs_chars unset means",
     ("agentrl/rollout/ray_services.py", "<module>", "SERVICE_CONCURRENCY"): "requests a shared tool service serves at once",
 }  # fmt: skip
 #: duplicates found and not merged yet, each with why; the scan fails when one is gone (remove it here)
@@ -125,10 +118,20 @@ def _literal(node: ast.expr | None) -> bool:
     return isinstance(node, ast.Constant) and node.value is not None and not isinstance(node.value, bool)
 
 
+#: where defaults live: the sections' dataclasses, and the homes the sections refer to
+HOMES = {
+    **{("agentrl/config.py", c): "a run config section" for c in ("ModelConfig", "EnvConfig", "EnvEntry",
+                                                                   "AlgoConfig", "TrainConfig", "RunConfig")},
+    ("agentrl/rollout/settings.py", "RolloutConfig"): "the rollout: section",
+    ("agentrl/rollout/generators/base.py", "SamplingParams"):
+        "the sampler's request: RolloutConfig's max_new_tokens/temperature/top_p/top_k refer to it",
+    ("agentrl/rollout/remote_env.py", "RaySettings"): "env placement: EnvConfig's ray_* settings refer to it",
+    ("agentrl/env.py", "<module>"): "MAX_OBS_CHARS, register()'s observation cap, which env.max_obs_chars unset means",
+}  # fmt: skip
+
+
 def _home_of(rel: str, owner: str) -> bool:
-    """The sections' own dataclasses: where the defaults live."""
-    return (rel, owner) in {("agentrl/config.py", c) for c in ("ModelConfig", "EnvConfig", "EnvEntry", "AlgoConfig",
-                            "TrainConfig", "RunConfig")} | {("agentrl/rollout/settings.py", "RolloutConfig")}  # fmt: skip
+    return (rel, owner) in HOMES
 
 
 def test_every_setting_default_has_one_home():

@@ -34,7 +34,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.config import EnvConfig
 from agentrl.errors import ConfigError, EnvError
 
 log = logging.getLogger("agentrl.rollout")
@@ -112,18 +111,18 @@ def validate_placement(env: Any, prefix: str) -> None:
 @dataclass(frozen=True)
 class RaySettings:
     """How env actors are placed (from the ``env`` section: ``RaySettings.from_env(config.env)``).
-    Each default is the ``env.ray_*`` setting's own (:class:`agentrl.config.EnvConfig`, where the
-    help text is): one home per setting."""
+    The one home of the placement defaults: the ``env.ray_*`` settings (:class:`agentrl.config.EnvConfig`,
+    where their help text is) refer to these."""
 
-    address: str | None = EnvConfig.ray_address
-    num_cpus_per_env: float = EnvConfig.num_cpus_per_env
-    envs_per_actor: int = EnvConfig.envs_per_actor
+    address: str | None = None
+    num_cpus_per_env: float = 1.0
+    envs_per_actor: int = 1
     resources: dict[str, float] = field(default_factory=dict)
-    call_timeout_s: float = EnvConfig.ray_call_timeout_s
+    call_timeout_s: float = 120.0
     #: a new env: an actor on a node with room (process start, imports, env data), the env built on it
-    start_timeout_s: float = EnvConfig.ray_start_timeout_s
-    lost_retries: int = EnvConfig.ray_lost_retries
-    services: str = EnvConfig.ray_services  # shared tool services: node | cluster | actor (see ray_services.py)
+    start_timeout_s: float = 300.0
+    lost_retries: int = 0
+    services: str = "node"  # shared tool services: node | cluster | actor (see ray_services.py)
     #: when the episodes run at once do not fit the cluster at ``num_cpus_per_env``: lower it so they
     #: do (True) or refuse at once (False); never wait for actors that cannot be placed
     fit: bool = True
