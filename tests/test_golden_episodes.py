@@ -101,7 +101,7 @@ def _from_run_config(tokenizer: Any, script: Any, overrides: list[str]) -> list[
     """A RunConfig's rollout section through the trainer's Rollouts (real env registry, Search-v0)."""
     from agentrl.config import RunConfig, load_config
     from agentrl.rollout.generators.scripted import ScriptedGenerator
-    from agentrl.train.trainer import Rollouts
+    from agentrl.train.rollouts import Rollouts
 
     config = load_config(None, ["env.max_turns=3", "rollout.concurrency=2", *overrides], cls=RunConfig)
     rollouts = Rollouts(config, ScriptedGenerator(tokenizer, script, logprob=-0.5), tokenizer)

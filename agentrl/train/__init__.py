@@ -1,1 +1,1 @@
-"""Learner, engines, checkpoints and the RL training loop (see trainer.py for the loop, top to bottom)."""
+"""Learner, engines, checkpoints and the RL training run: trainer.py (Trainer: setup / step / evaluate / finish) and step.py (one RL step, top to bottom)."""

@@ -88,3 +88,16 @@ class PhasePeaks:
             return ""
         shown = ", ".join(f"{phase} {gib:.2f}" for phase, gib in self.peaks.items())
         return f"peak memory (this process's RSS, GiB): {shown}"
+
+
+def gpu_memory() -> dict[str, float]:
+    """Peak GPU memory of this process since the last call (GiB, allocated by tensors and reserved by
+    torch's caching allocator), then the peak is reset; nothing on a machine without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    values = {"perf/gpu_peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+              "perf/gpu_peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30}  # fmt: skip
+    torch.cuda.reset_peak_memory_stats()
+    return values

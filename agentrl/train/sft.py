@@ -75,3 +75,19 @@ def sft_warmup(policy: Policy, demos: Sequence[Episode], *, steps: int, lr: floa
 
 
 __all__ = ["sft_warmup"]
+
+
+def warn_long_turns(demos: list[Episode], budget: int, logger: Any) -> int:
+    """Say so when demonstrations hold turns longer than the policy's per-turn budget
+    (``rollout.max_new_tokens``; the oracle's own budget is larger): the warm-up teaches those turns,
+    but the policy is cut off before it can finish one. Logged as ``sft/demos_over_budget``."""
+    lengths = [max((len(t.output_ids) for s in d.segments for t in s.turns), default=0) for d in demos]
+    over = [n for n in lengths if n > budget]
+    logger.log(0, {"sft/demos_over_budget": float(len(over))})
+    if over:
+        logger.console.print(
+            f"warm-up: {len(over)} of {len(demos)} demonstrations have a turn longer than rollout.max_new_tokens="
+            f"{budget} (longest {max(over)} tokens); the policy is cut off before it can finish such a turn: "
+            "raise rollout.max_new_tokens or shorten the oracle's actions"
+        )  # fmt: skip
+    return len(over)

@@ -12,7 +12,8 @@ from agentrl.errors import ConfigError
 from agentrl.rollout.runner import RunStats
 from agentrl.train.engines import _EngineBase
 from agentrl.train.progress import RunProgress
-from agentrl.train.trainer import TaskSampler, filter_episodes, main, refill_groups
+from agentrl.train.step import Draw, Sampling, TaskSampler
+from agentrl.train.trainer import main
 
 
 class ScriptedRollouts:
@@ -43,10 +44,9 @@ def _refill(script, first, *overrides):
     rollouts, sampler = ScriptedRollouts(script), TaskSampler(100, seed=0)
     sampler.next(2)  # the step's first draw, as the trainer makes it
     first_eps, first_run = ScriptedRollouts([first]).run([{"id": "a"}, {"id": "b"}], seed=0, version=0, group_size=2)
-    kept, stats = filter_episodes(first_eps, cfg)
-    out = refill_groups(first_eps, kept, stats, first_run, cfg, rollouts, sampler, _EngineBase(), step=4, tag="step 5/6",
-                        progress=RunProgress(None, enabled=False))  # fmt: skip
-    return (*out, rollouts, sampler)
+    sampling = Sampling(cfg, rollouts, sampler, _EngineBase(), RunProgress(None, enabled=False))
+    out = sampling.refill(Draw.filtered(first_eps, first_run, cfg), step=4, tag="step 5/6")
+    return out.episodes, out.kept, out.stats, out.run, rollouts, sampler
 
 
 def test_refill_stops_when_the_step_is_full_and_trains_on_the_first_groups():
@@ -115,7 +115,7 @@ def test_refill_through_agentrl_train(tiny_model_dir, tmp_path):
 def _any_rank_worker(rank: int, world: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
-    from agentrl.train.trainer import _any_rank
+    from agentrl.train.step import _any_rank
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:

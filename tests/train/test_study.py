@@ -264,7 +264,7 @@ def test_max_runs_0_runs_the_first_warm_up_alone_and_reports_its_eval(tiny_model
 
 @pytest.mark.slow
 def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tiny_model_dir, tmp_path):
-    from agentrl.train.trainer import compare_evals
+    from agentrl.train.heldout import compare_evals
 
     config = write_study(tmp_path, model=str(tiny_model_dir))
     out = tmp_path / "study"
@@ -364,7 +364,7 @@ def test_the_exported_warm_up_reloads_bit_for_bit_so_its_eval_is_every_arms_eval
     from types import SimpleNamespace
 
     from agentrl.rollout.model import load_model
-    from agentrl.train.trainer import export_model
+    from agentrl.train.weights import export_model
 
     model, tokenizer = load_model(str(tiny_model_dir))
     noise = torch.Generator().manual_seed(0)
@@ -383,7 +383,7 @@ def test_the_exported_warm_up_reloads_bit_for_bit_so_its_eval_is_every_arms_eval
 def test_held_out_details_and_their_means_by_hand():
     from types import SimpleNamespace
 
-    from agentrl.train.trainer import eval_details, held_out_means
+    from agentrl.train.heldout import eval_details, held_out_means
 
     ok = SimpleNamespace(failed=False, outcome=0.5, metrics={"em": 0.0, "f1": 0.5, "note": "x"})
     crashed = SimpleNamespace(failed=True, outcome=0.9, metrics={"em": 1.0})
@@ -396,7 +396,7 @@ def test_held_out_details_and_their_means_by_hand():
 
 
 def test_eval_before_from_refuses_a_run_that_is_not_finished_or_evaluated_fewer_tasks(tmp_path):
-    from agentrl.train.trainer import shared_eval
+    from agentrl.train.heldout import shared_eval
 
     with pytest.raises(ConfigError) as err:
         shared_eval(tmp_path, ["a"])

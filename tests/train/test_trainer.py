@@ -102,7 +102,7 @@ def test_quickstart_smollm2_trains_end_to_end(tmp_path):
 def test_filters_drop_void_turn_trajectories_and_equal_groups():
     from train_helpers import config, episodes
 
-    from agentrl.train.trainer import filter_episodes
+    from agentrl.train.step import filter_episodes
 
     eps = episodes(n_groups=3, group_size=3, seed=1)
     for ep, outcome in zip(eps, [1, 1, 1, 1, 0, 0, 1, 0, 1], strict=True):
