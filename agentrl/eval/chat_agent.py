@@ -342,15 +342,34 @@ def build_chat_client(spec: Any, settings: Any, *, concurrency: int, k: int) -> 
     return client
 
 
+def context_bound(client: ChatClient, settings: Any) -> tuple[int | None, str]:
+    """What ends a chat episode for its context: ``--max-context-tokens`` when set, else the
+    server's listed ``max_model_len`` (None: only the server's answer), and where it came from."""
+    if settings.explicit("max_context_tokens"):
+        return settings.max_context_tokens, settings.setting("max_context_tokens").split(" or ")[0]
+    return client.context_window, "the server's max_model_len"
+
+
+def chat_requests(client: ChatClient, settings: Any) -> dict[str, Any]:
+    """What a chat agent's requests were, as resolved (saved in ``metrics.json`` as ``chat``; the
+    report shows it): the model sent, the request fields besides the conversation, the context bound."""
+    bound, where = context_bound(client, settings)
+    return {
+        "model": client.model,
+        "fields": dict(client.sampling),
+        "context_bound": bound,
+        "context_bound_from": where
+        if bound is not None
+        else "the server's answer (it lists no max_model_len)",
+    }
+
+
 def chat_factory(
     client: ChatClient, settings: Any, transcripts: list[dict[str, Any]] | None = None
 ) -> Callable[[Any, Any], ChatAgent]:
     """``make_agent(env, job)`` for the scripted-agent runner: one :class:`ChatAgent` per episode,
     its context bounded by ``--max-context-tokens`` when set, else by the server's listed window."""
-    if settings.explicit("max_context_tokens"):
-        budget, where = settings.max_context_tokens, settings.setting("max_context_tokens").split(" or ")[0]
-    else:
-        budget, where = client.context_window, "the server's max_model_len"
+    budget, where = context_bound(client, settings)
     return lambda env, job: ChatAgent(
         client,
         system_prompt=env.unwrapped.system_prompt,

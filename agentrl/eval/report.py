@@ -240,6 +240,19 @@ def write_report(records: Sequence[dict[str, Any]], metrics: dict[str, Any], out
     if metrics.get("settings"):
         shown = ", ".join(f"{k}={v}" for k, v in metrics["settings"].items() if k != "sources")
         lines.append(f"- model agent settings: {shown}")
+    chat = metrics.get("chat")
+    if chat:
+        fields = ", ".join(f"{k}={json.dumps(v)}" for k, v in chat["fields"].items()) or "none"
+        bound = chat["context_bound"]
+        lines.append(
+            f"- chat requests: model {chat['model']!r}, fields besides the conversation: {fields}; "
+            + (
+                f"an episode ends at {bound} context tokens"
+                if bound
+                else "an episode ends when the context is full"
+            )
+            + f" ({chat['context_bound_from']})"
+        )
     unavailable = metrics.get("attachment_problems") or []
     if unavailable:
         lines += ["", f"## Tasks with an unavailable attachment ({len(unavailable)})", ""]
@@ -258,7 +271,9 @@ def write_report(records: Sequence[dict[str, Any]], metrics: dict[str, Any], out
         for r in replayed:
             first = str(r["replayed_errors"][0]).replace("\n", " ")[:300]
             now = "crashed again" if r.get("error") else f"success {r['success']:g}"
-            lines.append(f"- {r['episode_id']}: {len(r['replayed_errors'])} crash(es), then {now}; first: {first}")
+            lines.append(
+                f"- {r['episode_id']}: {len(r['replayed_errors'])} crash(es), then {now}; first: {first}"
+            )
     lines += ["", "## Results by subset", "", *table_lines(metrics), "", "## Failure buckets", ""]
     lines += [
         *bucket_lines(metrics),

@@ -172,16 +172,20 @@ def run_model(
     transcripts: list[dict[str, Any]],
     remote: dict[str, Any] | None = None,
     loaded: dict | None = None,
+    requested: dict[str, Any] | None = None,
 ) -> tuple[list[tuple[Episode, float]], float]:
     """Model agents: chat servers through the scripted-agent path (:mod:`.chat_agent`), token-level
     ones through the rollout engine (HF generator or completions client); also returns the seconds
-    spent loading the model, which episodes/min leaves out."""
+    spent loading the model, which episodes/min leaves out. ``requested``: filled with what a chat
+    agent's requests were (:func:`~agentrl.eval.chat_agent.chat_requests`)."""
     if spec.kind == "chat":
-        from agentrl.eval.chat_agent import build_chat_client, chat_factory
+        from agentrl.eval.chat_agent import build_chat_client, chat_factory, chat_requests
 
         start = time.perf_counter()
         client = build_chat_client(spec, settings, concurrency=concurrency, k=suite.k)
         setup_s = time.perf_counter() - start
+        if requested is not None:
+            requested.update(chat_requests(client, settings))
         try:
             return run_scripted(
                 suite, jobs, chat_factory(client, settings, transcripts), concurrency, remote
@@ -284,13 +288,16 @@ def evaluate(
     setup_s = 0.0
     transcripts: list[dict[str, Any]] = []
     loaded: dict = {}  # a local model, loaded once: replays of crashed episodes reuse it
+    requested: dict[str, Any] = {}  # a chat agent's requests as resolved (metrics["chat"])
 
     def run(part_jobs: Sequence[Job]) -> tuple[list[tuple[Episode, float]], float]:
         if spec.kind in ("oracle", "random"):
             return run_scripted(
                 suite_obj, part_jobs, scripted_factory(spec, suite_obj), concurrency, remote
             ), 0.0
-        return run_model(suite_obj, part_jobs, spec, concurrency, seed, settings, transcripts, remote, loaded)
+        return run_model(
+            suite_obj, part_jobs, spec, concurrency, seed, settings, transcripts, remote, loaded, requested
+        )
 
     try:
         results, setup_s = run(jobs)
@@ -329,6 +336,7 @@ def evaluate(
             if t.payload.get("attachment_problem")
         ],
         "settings": settings.as_dict() if spec.kind not in ("oracle", "random") else {},
+        **({"chat": requested} if requested else {}),
         "replays": replays,
         "replayed_episodes": sum(1 for errors in replay_errors if errors),
         **aggregate(records, suite_obj.metrics, suite_obj.k),

@@ -126,7 +126,11 @@ def test_agentrl_eval_exits_1_when_more_episodes_crash_than_max_failed(tmp_path:
                 concurrency=4, out=out, settings={"episode_timeout_s": 3, "request_timeout_s": 1}, max_failed=share,
             )  # fmt: skip
             metrics = json.loads((out / "metrics.json").read_text())
-            assert (metrics["episode_errors"], metrics["max_failed"], metrics["overall"]["tasks"]) == (1, share, len(records))
+            assert (metrics["episode_errors"], metrics["max_failed"], metrics["overall"]["tasks"]) == (
+                1,
+                share,
+                len(records),
+            )
             assert "--max-failed " + str(share) in metrics["command"]
             assert "## Episode errors" in (out / "report.md").read_text()
     assert len(records) == 12 and codes == {0.05: 1, 0.2: 0}
@@ -156,14 +160,22 @@ def test_a_crashed_episode_is_replayed_and_keeps_its_first_error(tmp_path: Path,
         metrics = json.loads((out / "metrics.json").read_text())
         by_id = {r["task_id"]: r for r in map(json.loads, (out / "records.jsonl").read_text().splitlines())}
         hung = by_id.pop("t-hang")
-        assert all(r["error"] is None and r["success"] == 1.0 and r["replayed_errors"] == [] for r in by_id.values())
+        assert all(
+            r["error"] is None and r["success"] == 1.0 and r["replayed_errors"] == [] for r in by_id.values()
+        )
         assert (metrics["replays"], "--replays " + str(replays) in metrics["command"]) == (replays, True)
         if replays:
             assert hung["success"] == 1.0 and hung["error"] is None
-            assert len(hung["replayed_errors"]) == 1 and "HTTP 500: sporadic failure" in hung["replayed_errors"][0]
+            assert (
+                len(hung["replayed_errors"]) == 1
+                and "HTTP 500: sporadic failure" in hung["replayed_errors"][0]
+            )
             assert (metrics["replayed_episodes"], metrics["episode_errors"]) == (1, 0)
             report = (out / "report.md").read_text()
-            assert "## Replayed episodes (1)" in report and "- t-hang#0: 1 crash(es), then success 1; first: " in report
+            assert (
+                "## Replayed episodes (1)" in report
+                and "- t-hang#0: 1 crash(es), then success 1; first: " in report
+            )
         else:
             assert hung["success"] == 0.0 and "HTTP 500: sporadic failure" in hung["error"]
             assert (metrics["replayed_episodes"], metrics["episode_errors"]) == (0, 1)
@@ -185,7 +197,9 @@ def test_a_crashed_sample_of_a_token_level_agent_replays_its_group(tmp_path: Pat
     settings = ModelEvalConfig.resolve(episode_timeout_s=3, request_timeout_s=1, max_retries=0)
     suite = parse_suite("gaia:k=2,python=false", [f"data_dir={tmp_path}"])
     with BackgroundServer(server.app) as http:
-        result = evaluate(suite, f"openai:{http.url}#smollm2-135m", concurrency=4, settings=settings, replays=1)
+        result = evaluate(
+            suite, f"openai:{http.url}#smollm2-135m", concurrency=4, settings=settings, replays=1
+        )
     hung = [r for r in result.records if r["task_id"] == "t-hang"]
     assert len(hung) == 2 and all(r["error"] is None and r["success"] == 1.0 for r in hung)
     assert sorted(len(r["replayed_errors"]) for r in hung) == [0, 1]
@@ -380,16 +394,33 @@ def test_a_reasoning_style_server_passes_with_what_it_takes_and_names_what_it_re
     code, server, out = run("greedy", chat_params=("temperature=0",))
     assert code == 1 and server.requests <= 2  # refused once per worker at most, then nothing is sent
     report = (out / "report.md").read_text()
-    assert "the chat server refuses the parameter temperature=0: Unsupported value: 'temperature' does not" in report
+    assert (
+        "the chat server refuses the parameter temperature=0: Unsupported value: 'temperature' does not"
+        in report
+    )
     assert "fix: leave it out with --chat-param temperature=none" in report
 
     code, server, out = run("max-tokens", max_new_tokens=64)
     assert code == 1 and "--chat-param max_completion_tokens=N" in (out / "report.md").read_text()
-    code, server, _ = run("max-completion", max_new_tokens=64, chat_params=("max_completion_tokens=64", "reasoning_effort=low"))
+    code, server, out = run(
+        "max-completion", max_new_tokens=64, chat_params=("max_completion_tokens=64", "reasoning_effort=low")
+    )
     assert code == 0 and all(
         b["max_completion_tokens"] == 64 and b["reasoning_effort"] == "low" and "max_tokens" not in b
         for b in server.bodies
     )
+    # what was sent is saved and reported, not only printed
+    assert json.loads((out / "metrics.json").read_text())["chat"] == {
+        "model": "scripted",
+        "fields": {"max_completion_tokens": 64, "reasoning_effort": "low"},
+        "context_bound": None,
+        "context_bound_from": "the server's answer (it lists no max_model_len)",
+    }
+    assert (
+        "- chat requests: model 'scripted', fields besides the conversation: max_completion_tokens=64, "
+        'reasoning_effort="low"; an episode ends when the context is full (the server\'s answer (it lists '
+        "no max_model_len))"
+    ) in (out / "report.md").read_text()
     code, server, _ = run("extra-body", chat_params=('extra_body={"top_k": 20, "temperature": 1}',))
     assert code == 0 and all(b["top_k"] == 20 and b["temperature"] == 1 for b in server.bodies)
 
@@ -416,6 +447,12 @@ def test_the_chat_agent_bounds_its_context_and_ends_the_episode_as_out_of_budget
         assert len(reasons) == len(cut)
         expected = "--max-context-tokens 50" if settings else "the server's context window: "
         assert all(reason.startswith("context budget (") and expected in reason for reason in reasons)
+        bound = result.metrics["chat"]["context_bound"], result.metrics["chat"]["context_bound_from"]
+        assert bound == (
+            (50, "--max-context-tokens")
+            if settings
+            else (None, "the server's answer (it lists no max_model_len)")
+        )
 
 
 def test_the_error_table_groups_by_text_and_shows_a_real_message() -> None:
@@ -428,8 +465,14 @@ def test_the_error_table_groups_by_text_and_shows_a_real_message() -> None:
         return f"agentrl.rollout.generators.http.RequestFailed: {url} answered HTTP {status}: {body}"
 
     records = [
-        {"task_id": "a", "error": refused("Unsupported value: 'temperature' does not support 0.0 with this model.")},
-        {"task_id": "b", "error": refused("Unsupported value: 'temperature' does not support 0.0 with this model.")},
+        {
+            "task_id": "a",
+            "error": refused("Unsupported value: 'temperature' does not support 0.0 with this model."),
+        },
+        {
+            "task_id": "b",
+            "error": refused("Unsupported value: 'temperature' does not support 0.0 with this model."),
+        },
         {"task_id": "c", "error": refused("The model `gpt-4o` does not exist", 404)},
     ]
     lines = error_lines(records)

@@ -77,6 +77,13 @@ def test_chat_agent_against_agentrl_serve(tiny_server: str) -> None:
     assert len(result.records) == 2 and all(r["error"] is None and r["turns"] >= 1 for r in result.records)
     turn = result.episodes[0].turns[0]
     assert 1 <= turn.timings["completion_tokens"] <= 12 and turn.timings["latency_s"] > 0
+    # the id the server lists, only what was asked for, and its 8192 positions (max_model_len) as the bound
+    assert result.metrics["chat"] == {
+        "model": "smollm2-135m",
+        "fields": {"max_tokens": 12},
+        "context_bound": 8192,
+        "context_bound_from": "the server's max_model_len",
+    }
 
 
 def test_a_local_model_is_loaded_once_when_crashed_episodes_are_replayed(tiny_model_dir, monkeypatch) -> None:
@@ -103,5 +110,8 @@ def test_a_local_model_is_loaded_once_when_crashed_episodes_are_replayed(tiny_mo
     assert loads == [str(tiny_model_dir)]  # one load for the first run and the replay
     flaky = [r for r in result.records if r["task_id"] == "test-1"]
     assert len(flaky) == 1 and flaky[0]["error"] is None
-    assert len(flaky[0]["replayed_errors"]) == 1 and "simulated crash on test-1" in flaky[0]["replayed_errors"][0]
+    assert (
+        len(flaky[0]["replayed_errors"]) == 1
+        and "simulated crash on test-1" in flaky[0]["replayed_errors"][0]
+    )
     assert result.metrics["replayed_episodes"] == 1 and toy_envs.FlakyEnv.crashes == {"test-1": 0}
