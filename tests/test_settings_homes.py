@@ -62,7 +62,6 @@ LEFT = {
     ("agentrl/eval/runner.py", "evaluate", "concurrency"):
         "agentrl eval's episodes in flight (its --concurrency 4): eval's own preset, in issue 46's files",
     ("agentrl/eval/runner.py", "run_eval", "concurrency"): "as evaluate",
-    ("agentrl/eval/model_agent.py", "build_generator", "concurrency"): "as evaluate",
     ("agentrl/eval/chat_agent.py", "__init__", "episode_timeout_s"): "eval's 900 s, also ModelEvalConfig's (EVAL_ROLLOUT)",
 }  # fmt: skip
 

@@ -178,7 +178,7 @@ class ModelEvalConfig:
 
 
 def build_generator(
-    spec: AgentSpec, seed: int, settings: ModelEvalConfig, concurrency: int = 8, loaded: dict | None = None
+    spec: AgentSpec, seed: int, settings: ModelEvalConfig, concurrency: int, loaded: dict | None = None
 ) -> tuple[Any, Any]:
     """(generator, tokenizer) for a model or openai agent spec; a local model decodes up to
     ``concurrency`` episodes in one batch and keeps their K/V between turns (within a quarter of the
