@@ -131,3 +131,23 @@ def test_compare_evals_counts_flips_and_gives_the_exact_sign_test():
     assert compare_evals(before, before)["p_value"] == 1.0
     partial = compare_evals({"a": 0.0}, {"a": 0.5})  # partial credit (F1 rewards) is not a solved task
     assert (partial["gained"], partial["success_after"]) == (0, 0.5)
+
+
+def test_the_trainer_can_be_walked_step_by_step(tiny_model_dir, tmp_path):
+    """``Trainer``: setup (the config resolved once: nothing auto or unset left), step(i) -> the
+    step's metrics with the state moved on, finish -> the summary ``agentrl train`` writes."""
+    from agentrl.config import load_config
+    from agentrl.train.trainer import Trainer
+
+    out = tmp_path / "run"
+    given = load_config(None, [f"model.name={tiny_model_dir}", *TINY_RUN, "train.steps=1", f"train.out_dir={out}"])
+    trainer = Trainer(given)
+    trainer.setup()
+    config = trainer.config
+    assert config.train.sft_temperature == config.rollout.temperature  # unset: the sampler's
+    assert isinstance(config.train.bf16_autocast, bool) and config.rollout.prefix_cache_tokens is not None
+    assert trainer.state.step == 0 and trainer.state.eval_before is not None  # evaluated before RL
+    metrics = trainer.step(0)
+    assert "perf/step_s" in metrics and "loss/loss" in metrics and trainer.state.step == 1
+    summary = trainer.finish()
+    assert summary["steps"] == 1 and (out / "summary.json").exists() and (out / "checkpoints").exists()
