@@ -217,7 +217,6 @@ class EpisodeRun:
         self.sampling_seed = sampling_seed
         self._generate_calls = 0
         self.own_temperature = own_temperature
-        self.temperature = config.temperature  # of the last generate call
         self._started = False
         self.options = options
         self.policy_version = policy_version
@@ -234,6 +233,14 @@ class EpisodeRun:
         self.observer = observer
 
     # ------------------------------------------------------------------ helpers
+    def _own_temperature(self, call: int) -> float | None:
+        """The temperature generate call ``call`` samples at where it is not rollout.temperature (a
+        tree branch's own turn under rollout.branch_temperature), else None."""
+        own = self.own_temperature
+        if own is None or call < own[0] or own[1] == self.config.temperature:
+            return None
+        return own[1]
+
     async def _generate(self, prompt: list[int], observation: str) -> GenerationOutput:
         self.progress.touch("generate")
         t0 = time.perf_counter()
@@ -241,10 +248,10 @@ class EpisodeRun:
         request: dict[str, Any] = {"max_new_tokens": max(1, min(self.config.max_new_tokens, budget))}
         if self.sampling_seed is not None:
             request["seed"] = derive_seed(self.sampling_seed, self._generate_calls)
-        if self.own_temperature is not None and self._generate_calls >= self.own_temperature[0]:
-            request["temperature"] = self.own_temperature[1]  # a tree branch's own turn
+        own = self._own_temperature(self._generate_calls)
+        if own is not None:
+            request["temperature"] = own
         sampling = self.config.sampling(**request)
-        self.temperature = sampling.temperature
         self._generate_calls += 1
         try:
             out = await self.policy.generate(prompt, sampling, observation)
@@ -276,7 +283,7 @@ class EpisodeRun:
             action_text=action,
             finish_reason=out.finish_reason,
             timings=self.context.turn_timings(out),
-            temperature=self.temperature if self.temperature != self.config.temperature else None,
+            temperature=self._own_temperature(self._generate_calls - 1),  # the call that made this turn
         )
 
     async def _env(self, fn: Callable[..., Any], *args: Any, phase: str = "env", **kwargs: Any) -> Any:

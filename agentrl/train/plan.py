@@ -142,7 +142,7 @@ def _check_mismatch(config: Any, loss_options: dict[str, Any]) -> None:
     """A sampler-mismatch correction weighs the learner's behaviour pass against the sampler's
     log-probs; with ``old_logprobs=sampler`` that pass is not the ratio's denominator."""
     rollout = config.rollout
-    branch_t = getattr(rollout, "branch_temperature", None)
+    branch_t = rollout.branch_temperature
     if branch_t is not None and not rollout.branches:
         raise ConfigError("rollout.branch_temperature", "has effect only with tree rollouts (rollout.branches > 0)",
                           "set rollout.branches or leave rollout.branch_temperature unset")  # fmt: skip
