@@ -100,6 +100,21 @@ class SearchOracle:
         return value
 
 
+class CitingSearchOracle(SearchOracle):
+    """:class:`SearchOracle` whose answer turn first quotes the infobox line it read, then answers:
+    ``Currency: wiokym`` then ``<answer>wiokym</answer>``. The choice of field is then made at the
+    label, a token shared by every entity of a kind, instead of at the value, a fictional name seen
+    once; a warm-up on these demonstrations gives RL a decision it can generalise
+    (docs/results/2026-11-28-quickstart-levers.md, "Cite the line")."""
+
+    def act(self, observation: str, info: dict[str, Any] | None = None) -> str:
+        action = super().act(observation, info)
+        if action.startswith("<answer>") and self.hop == len(self.relations) and self.hop:
+            label = RELATIONS[self.relations[-1]][0]
+            return f"{label}: {action[len('<answer>'):-len('</answer>')]}\n{action}"
+        return action
+
+
 class FoldingSearchOracle(SearchOracle):
     """:class:`SearchOracle` that works each hop in a FoldGRPO branch (``rollout.folding=branch``).
 
