@@ -119,7 +119,7 @@ def _literal(node: ast.expr | None) -> bool:
 
 #: where defaults live: the sections' dataclasses, and the homes the sections refer to
 HOMES = {
-    **{("agentrl/config.py", c): "a run config section" for c in ("ModelConfig", "EnvConfig", "EnvEntry",
+    **{("agentrl/config/sections.py", c): "a run config section" for c in ("ModelConfig", "EnvConfig", "EnvEntry",
                                                                    "AlgoConfig", "TrainConfig", "RunConfig")},
     ("agentrl/rollout/settings.py", "RolloutConfig"): "the rollout: section",
     ("agentrl/rollout/generators/base.py", "SamplingParams"):

@@ -1,37 +1,27 @@
-"""Run configuration: frozen dataclasses, YAML in, dotted CLI overrides, validated before anything runs.
+"""The run config's sections: one frozen dataclass each (model, env, algo, train; rollout's is
+:class:`agentrl.rollout.settings.RolloutConfig`), their fields' defaults and help, and their checks.
 
 Each field's docstring (the string literal under it) is its help text: ``agentrl train --help-config``
-prints them. ``load_config("configs/quickstart.yaml", ["algo.advantage=igpo", "train.steps=20"])``
-returns a :class:`RunConfig`; any unknown key, wrong type or bad value raises :class:`ConfigError`
-naming the dotted field and the fix.
+prints them. Each field is declared with :func:`agentrl.setting.setting`, which also says whether
+it shapes a held-out eval (:mod:`agentrl.config.eval_classes`). Building these from YAML and
+overrides is :mod:`agentrl.config.load`.
 """
 
 from __future__ import annotations
 
-import ast
-import dataclasses
-import inspect
-import textwrap
-import types
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from agentrl.errors import ConfigError
 from agentrl.errors import check_choice as _choice
 from agentrl.rollout.remote_env import RaySettings  # the placement defaults' home
 from agentrl.rollout.settings import RolloutConfig as RolloutConfig  # the one rollout settings class
-from agentrl.setting import WHEN_SAMPLED, eval_class, setting
+from agentrl.setting import setting
+from agentrl.train.mixture import MIXTURE_ID  # env.id of a run whose envs are listed in env.mixture
 
-# --------------------------------------------------------------------------- sections
-MIXTURE_ID = "mixture"  # env.id of a run whose envs are listed in env.mixture
 # EnvConfig fields that only a mixture reads (a single env refuses them rather than ignore them)
 MIXTURE_ONLY = ("normalize_rewards", "filter_window", "filter_solved", "filter_failed", "filter_cooldown")
-# EnvConfig fields a mixture sets per entry (env[i].<field>): left at their defaults at the top
-PER_ENTRY = ("split", "eval_split", "max_turns", "max_obs_chars", "kwargs", "ray_resources")
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -45,7 +35,9 @@ class ModelConfig:
     """LoRA alpha."""
     lora_targets: tuple[str, ...] = setting(("q_proj", "k_proj", "v_proj", "o_proj"), eval="as lora_rank")
     """Module names that get LoRA adapters."""
-    adapter: str | None = setting(None, eval="the weights themselves: every arm of a study starts from its warm-up's")
+    adapter: str | None = setting(
+        None, eval="the weights themselves: every arm of a study starts from its warm-up's"
+    )
     """Path of a LoRA adapter or agentrl checkpoint to load on top of the model."""
     gradient_checkpointing: bool = setting(False, eval="training memory only")
     """Recompute activations in backward to save memory."""
@@ -230,7 +222,10 @@ class AlgoConfig:
     """Correction for a sampler whose log-probs differ from the learner's (vLLM, a server, another precision): none | tis (truncated importance sampling: each token's policy-gradient term times min(learner/sampler ratio, mismatch_cap)) | token_mask (tokens whose ratio is outside [1/cap, cap] leave the loss) | seq_mask (rows whose geometric-mean ratio is outside it leave the loss); needs old_logprobs=recompute; unset = none (agentrl.algos.mismatch)."""
     mismatch_cap: float | None = setting(None, eval="the objective: training only")
     """The learner/sampler ratio bound C of mismatch_correction (and of the logged mismatch/over_cap share); unset = 2.0."""
-    ig_template: str = setting("Now there's enough information to answer.\n<answer>{answer}</answer>", eval="the objective: training only")
+    ig_template: str = setting(
+        "Now there's enough information to answer.\n<answer>{answer}</answer>",
+        eval="the objective: training only",
+    )
     """IGPO: text appended after each turn's context to score the gold answer (only {answer} is averaged)."""
     full_ctx_dropout: float = setting(0.0, eval="the objective: training only")
     """FoldAct selective segment training: probability that a turn is left out of the full-context pass (and of the consistency loss); README example 0.5."""
@@ -244,7 +239,11 @@ class AlgoConfig:
         _choice(f"{prefix}.agg_unit", self.agg_unit, ("row", "rollout", None))
         _choice(f"{prefix}.kl_kind", self.kl_kind, ("k1", "k2", "k3"))
         _choice(f"{prefix}.old_logprobs", self.old_logprobs, ("recompute", "sampler"))
-        _choice(f"{prefix}.mismatch_correction", self.mismatch_correction, ("none", "tis", "token_mask", "seq_mask", None))
+        _choice(
+            f"{prefix}.mismatch_correction",
+            self.mismatch_correction,
+            ("none", "tis", "token_mask", "seq_mask", None),
+        )
         if self.mismatch_cap is not None and not self.mismatch_cap > 1.0:
             raise ConfigError(f"{prefix}.mismatch_cap", f"must be > 1 (a bound on the learner/sampler ratio), got {self.mismatch_cap}",
                               "2.0 is common (Yao et al. 2025)")  # fmt: skip
@@ -264,7 +263,9 @@ class AlgoConfig:
             raise ConfigError(f"{prefix}.clip_bias_floor", "is the clipping-bias correction's floor, which is off",
                               f"set {prefix}.clip_bias_correction=true, or leave {prefix}.clip_bias_floor at 1.0")  # fmt: skip
         if self.refill_rounds < 0:
-            raise ConfigError(f"{prefix}.refill_rounds", f"must be >= 0, got {self.refill_rounds}", "0 turns it off")
+            raise ConfigError(
+                f"{prefix}.refill_rounds", f"must be >= 0, got {self.refill_rounds}", "0 turns it off"
+            )
         if self.refill_rounds and not self.dynamic_sampling:
             raise ConfigError(f"{prefix}.refill_rounds", "refills the groups dynamic sampling drops, which is off",
                               f"set {prefix}.dynamic_sampling=true, or {prefix}.refill_rounds=0")  # fmt: skip
@@ -339,7 +340,9 @@ class TrainConfig:
     """Write each step's training episodes to out_dir/episodes/step-NNNNNN.jsonl (task-major order)."""
     eval_every: int = setting(0, eval="optimisation and bookkeeping: training only")
     """Evaluate every N steps (0 = only before and after)."""
-    eval_episodes: int = setting(32, eval="how many tasks: checked on its own (the shared eval must cover them all)")
+    eval_episodes: int = setting(
+        32, eval="how many tasks: checked on its own (the shared eval must cover them all)"
+    )
     """Held-out episodes per evaluation."""
     eval_max_failed: float = setting(0.05, eval="as rollout.episode_timeout_s")
     """Largest share of held-out episodes that may still have failed (crashed: generator, env or sandbox error) after two replays of the failed ones; they count as unsolved. Above it the eval stops the run, naming the first error: a success figure over crashed episodes measures the crash, not the policy. Each eval's episodes are saved to out_dir/eval/step-NNNNNN.jsonl."""
@@ -427,277 +430,3 @@ class RunConfig:
         from agentrl.train.plan import objective_plan
 
         objective_plan(self)  # every objective need has a producer under this config; options resolve
-
-
-def _eval_classes() -> dict[str, bool | str]:
-    """Each setting's ``eval=`` (:func:`agentrl.setting.setting`), dotted key -> True / WHEN_SAMPLED / why not."""
-    hints = typing.get_type_hints(RunConfig)
-    return {f"{section.name}.{f.name}": eval_class(f) for section in dataclasses.fields(RunConfig)
-            for f in dataclasses.fields(hints[section.name])}  # fmt: skip
-
-
-# read from the fields' declarations (each setting says once, where it is declared, whether it shapes
-# the held-out eval): two runs that agree on EVAL_SETTINGS evaluate alike, so one may take the other's
-# eval before RL (``train.eval_before_from``); SAMPLED_EVAL_SETTINGS shape it only when it samples
-# (train.eval_temperature > 0); NOT_EVAL_SETTINGS maps every other setting to why it does not
-EVAL_SETTINGS = tuple(k for k, v in _eval_classes().items() if v is True or v == WHEN_SAMPLED)
-SAMPLED_EVAL_SETTINGS = tuple(k for k, v in _eval_classes().items() if v == WHEN_SAMPLED)
-NOT_EVAL_SETTINGS = {k: v for k, v in _eval_classes().items() if isinstance(v, str) and v != WHEN_SAMPLED}
-
-
-def eval_settings(config: RunConfig) -> dict[str, Any]:
-    """``EVAL_SETTINGS`` of a run config, dotted key -> value (a greedy eval's sampling filters as
-    ``None``: unused)."""
-    config = resolve_env_budgets(config)  # an unset turn budget evaluates as the registration's
-    values = {}
-    for key in EVAL_SETTINGS:
-        section, name = key.split(".")
-        values[key] = getattr(getattr(config, section), name)
-    if not config.train.eval_temperature:
-        values.update(dict.fromkeys(SAMPLED_EVAL_SETTINGS))
-    return values
-
-
-def eval_differences(a: RunConfig, b: RunConfig) -> list[str]:
-    """The eval settings two configs disagree on, as ``key: a -> b``."""
-    left, right = eval_settings(a), eval_settings(b)
-    return [f"{k}: {left[k]!r} -> {right[k]!r}" for k in EVAL_SETTINGS if left[k] != right[k]]
-
-
-# --------------------------------------------------------------------------- machinery
-def field_docs(cls: type) -> dict[str, str]:
-    """The attribute docstrings of a dataclass (the string literal under each field)."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError):
-        return {}
-    docs: dict[str, str] = {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    for node, nxt in zip(body, body[1:], strict=False):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if (
-                isinstance(nxt, ast.Expr)
-                and isinstance(nxt.value, ast.Constant)
-                and isinstance(nxt.value.value, str)
-            ):
-                docs[node.target.id] = nxt.value.value.strip()
-    return docs
-
-
-def help_text(cls: type = RunConfig, prefix: str = "") -> list[tuple[str, str, str]]:
-    """(dotted name, default, help) for every field, recursively."""
-    rows = []
-    docs = field_docs(cls)
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        name = f"{prefix}{f.name}"
-        if dataclasses.is_dataclass(hints[f.name]):
-            rows += help_text(hints[f.name], name + ".")
-        else:
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-            rows.append((name, repr(default), docs.get(f.name, "")))
-            item = typing.get_args(hints[f.name])[0] if typing.get_origin(hints[f.name]) is tuple else None
-            if dataclasses.is_dataclass(item):  # env.mixture: each entry's fields, as env[i].<field>
-                base = name.rsplit(".", 1)[0] if name == "env.mixture" else name
-                rows += help_text(item, f"{base}[i].")
-    return rows
-
-
-def _convert(value: Any, annotation: Any, name: str) -> Any:
-    origin = typing.get_origin(annotation)
-    if dataclasses.is_dataclass(annotation):
-        if not isinstance(value, dict):
-            raise ConfigError(name, f"expected a mapping, got {type(value).__name__}")
-        return _build(annotation, value, name + ".")
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(annotation)
-        if value is None and type(None) in args:
-            return None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _convert(value, arg, name)
-            except ConfigError:
-                continue
-        raise ConfigError(name, f"{value!r} does not fit {annotation}")
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            raise ConfigError(name, f"expected a list, got {value!r}")
-        item = typing.get_args(annotation)[0] if typing.get_args(annotation) else None
-        if dataclasses.is_dataclass(item):  # env.mixture: entries named env[i] in errors
-            base = "env" if name == "env.mixture" else name
-            return tuple(_convert(v, item, f"{base}[{i}]") for i, v in enumerate(value))
-        return tuple(value)
-    if origin is dict or annotation is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(name, f"expected a mapping, got {value!r}")
-        return dict(value)
-    if annotation is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(name, f"expected true/false, got {value!r}")
-    if annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(name, f"expected an integer, got {value!r}")
-    if annotation is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(name, f"expected a number, got {value!r}")
-    if annotation is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(name, f"expected a string, got {value!r}")
-    return value
-
-
-def _build(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        import difflib
-
-        key = unknown[0]
-        close = difflib.get_close_matches(key, names, n=1)
-        fix = f"did you mean '{prefix}{close[0]}'?" if close else f"known fields: {', '.join(sorted(names))}"
-        raise ConfigError(prefix + key, "unknown field", fix)
-    kwargs = {k: _convert(v, hints[k], prefix + k) for k, v in values.items()}
-    return cls(**kwargs)
-
-
-def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    node = tree
-    for key in keys[:-1]:
-        node = node.setdefault(key, {})
-        if not isinstance(node, dict):
-            raise ConfigError(dotted, f"'{key}' is not a section")
-    node[keys[-1]] = value
-
-
-def _scalar(raw: str) -> Any:
-    if not raw.strip():
-        return ""
-    value = yaml.safe_load(raw)
-    if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
-class _Whole(dict):
-    """A mapping given whole in an override (``env.kwargs={}``): it replaces the file's mapping
-    instead of being merged into it, so ``key={}`` clears and ``key={a: 1}`` sets exactly that."""
-
-
-def parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """``["train.lr=1e-5", "rollout.group_size=8"]`` -> nested dict (values parsed as YAML scalars).
-    Dotted keys merge into the config file's sections (``env.kwargs.hops=multi`` changes one key);
-    a mapping given to a field replaces the file's mapping (``env.kwargs={}`` removes every key),
-    while one given to a whole section merges (``train={steps: 3}`` changes only ``steps``)."""
-    tree: dict[str, Any] = {}
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(item, "override must look like section.field=value", "e.g. train.steps=10")
-        key, _, raw = item.partition("=")
-        key, value = key.strip(), _scalar(raw)
-        whole = isinstance(value, dict) and "." in key  # a field's mapping; a section (train={..}) merges
-        _set_dotted(tree, key, _Whole(value) if whole else value)
-    return tree
-
-
-def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in update.items():
-        if isinstance(value, _Whole):
-            out[key] = dict(value)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        elif isinstance(value, dict) and isinstance(out.get(key), list) and all(str(k).isdigit() for k in value):
-            items = list(out[key])  # env.mixture.1.weight=2 (or env.1.weight=2): one entry's field
-            for index, part in value.items():
-                if int(index) >= len(items):
-                    where = "env" if key == "mixture" else key  # env.<i>.<field>: the mixture's entries
-                    raise ConfigError(f"{where}[{index}]", f"there are {len(items)} entries", f"use an index below {len(items)}")
-                items[int(index)] = _merge(items[int(index)], part) if isinstance(part, dict) else part
-            out[key] = items
-        else:
-            out[key] = value
-    return out
-
-
-def load_config(
-    path: str | Path | None = None,
-    overrides: list[str] | tuple[str, ...] = (),
-    *,
-    cls: type = RunConfig,
-    validate: bool = True,
-) -> Any:
-    """Load YAML (optional), apply dotted overrides, build and validate the config."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.exists():
-            raise ConfigError(
-                "config", f"file {str(path)!r} does not exist", "pass a path such as configs/quickstart.yaml"
-            )
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError("config", f"{path} is not valid YAML: {exc}") from exc
-        if not isinstance(loaded, dict):
-            raise ConfigError("config", f"{path} must hold a mapping at the top level")
-        values = loaded
-    values = _merge(_mixture_form(values), _mixture_form(parse_overrides(list(overrides))))
-    config = _build(cls, values)
-    if isinstance(config, RunConfig):
-        config = resolve_env_budgets(config)
-    if validate:
-        config.validate()
-    return config
-
-
-def resolve_env_budgets(config: RunConfig) -> RunConfig:
-    """``env.max_turns`` / ``env.max_obs_chars`` (and each mixture entry's) left unset -> the env's
-    registration (:func:`agentrl.env.register`), the one home of those defaults; values set are
-    kept, and an unknown id is left for validation to name."""
-    from agentrl.env import registered_obs_cap, registered_turn_budget
-
-    def filled(part: Any) -> Any:
-        kwargs = dict(part.kwargs)
-        turns = part.max_turns if part.max_turns is not None else registered_turn_budget(part.id, kwargs)
-        cap = part.max_obs_chars if part.max_obs_chars is not None else registered_obs_cap(part.id, kwargs)
-        return dataclasses.replace(part, max_turns=turns, max_obs_chars=cap)
-
-    env = config.env
-    if env.mixture:
-        return dataclasses.replace(config, env=dataclasses.replace(env, mixture=tuple(filled(e) for e in env.mixture)))
-    return dataclasses.replace(config, env=filled(env))
-
-
-def _mixture_form(values: dict[str, Any]) -> dict[str, Any]:
-    """``env:`` given as a list of envs -> ``env: {id: mixture, mixture: [...]}``; an override's
-    ``env.<i>.<field>`` -> ``env.mixture.<i>.<field>``; a mapping with ``mixture`` and no ``id`` gets
-    ``id: mixture``. One env (a mapping with an id) is left as it is."""
-    env = values.get("env")
-    if isinstance(env, list | tuple):
-        return {**values, "env": {"id": MIXTURE_ID, "mixture": list(env)}}
-    if isinstance(env, dict) and not isinstance(env, _Whole):
-        indexed = {k: v for k, v in env.items() if str(k).isdigit()}
-        rest = {k: v for k, v in env.items() if not str(k).isdigit()}
-        if indexed:
-            mixture = rest.get("mixture", {})
-            rest["mixture"] = {**indexed, **mixture} if isinstance(mixture, dict) else mixture
-        if isinstance(rest.get("mixture"), list) and "id" not in rest:
-            rest["id"] = MIXTURE_ID
-        return {**values, "env": rest}
-    return values
-
-
-def to_dict(config: Any) -> dict[str, Any]:
-    """Plain-dict view (for saving next to checkpoints)."""
-    return dataclasses.asdict(config)
