@@ -12,7 +12,9 @@ With ``images`` (``--images``), an image attachment goes to the model with the t
 ``image_url`` content part (a data URI), for multimodal models; ``read_file`` still describes it.
 
 Every request runs under the episode's deadline (``--episode-timeout-s``) and its own timeout
-(``--request-timeout-s``); a hung request costs its own episode only.
+(``--request-timeout-s``); a hung request costs its own episode only. Answers are streamed, so the
+request timeout is the time without a byte (before the first chunk, or between two): a slow server
+that keeps sending is never taken for a hung one (:mod:`agentrl.rollout.generators.chat`).
 
 Request fields are what hosted APIs take (:func:`chat_fields`): only what the user asked for is
 sent (no ``temperature`` unless ``--chat-param temperature=0``; ``max_tokens`` only with
@@ -298,6 +300,8 @@ class ChatAgent:
             message["tool_calls"] = list(reply.message["tool_calls"])
             self._pending_calls = message["tool_calls"]
         self.last_turn = {"latency_s": reply.latency_s, **reply.usage}
+        if reply.first_chunk_s is not None:  # streamed: the wait for the first byte of the answer
+            self.last_turn["first_chunk_s"] = reply.first_chunk_s
         self.messages.append({**message, "usage": self.last_turn})  # "usage" is stripped when sent
         return action_from_reply(message) if self.protocol == "native" else str(message["content"] or "")
 
@@ -337,6 +341,7 @@ def build_chat_client(spec: Any, settings: Any, *, concurrency: int, k: int) -> 
         timeout_setting=settings.setting("request_timeout_s"),
     )
     client = ChatClient(spec.url, model, api_key=key, policy=policy, concurrency=concurrency, sampling=fields)
+    print(f"[eval] request timeout: {client.timeout_meaning()}", file=sys.stderr)
     window = (card or {}).get("max_model_len")
     client.context_window = int(window) if isinstance(window, int) else None
     return client

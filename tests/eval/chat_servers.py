@@ -11,6 +11,14 @@ answer (the server waits until the client gives up; with ``flaky="500"`` it fail
 other than 1 and for ``max_tokens``; ``context_window`` answers 400 ``context_length_exceeded`` once
 the conversation (~4 characters a token) is longer. Everything it saw is kept for assertions.
 
+``stream`` says what it does with ``stream: true``: ``no`` (default) answers in one piece as a
+server that does not stream does; ``yes`` streams server-sent events as OpenAI and vLLM do (a role
+chunk, the content a few characters a chunk, tool calls as deltas, a finish chunk, a usage chunk
+when ``stream_options.include_usage``, ``[DONE]``), ``chunk_delay_s`` apart (a slow but steady
+server); ``refuse`` answers 400 to ``stream``; ``no-options`` answers 400 to ``stream_options``. A
+question containing ``STALL`` gets two chunks of a streamed answer, then nothing more (a server that
+hangs mid-stream).
+
 :func:`write_gaia_download` writes a split in GAIA's layout the way people download it: readable
 attachments of many types, one absent file, one Git-LFS pointer, one audio file.
 """
@@ -27,7 +35,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 LFS_POINTER = (
@@ -52,11 +60,14 @@ def _record(task_id: str, question: str, level: int, answer: str, file_name: str
     }
 
 
-def write_gaia_download(root: Path, *, hang: bool = False, extra: int = 0) -> list[dict[str, Any]]:
+def write_gaia_download(
+    root: Path, *, hang: bool = False, extra: int = 0, stall: bool = False
+) -> list[dict[str, Any]]:
     """Write ``root/validation/metadata.jsonl`` and its attachments; return the records.
 
-    ``hang``: add a task whose question makes :class:`ScriptedChat` hang. ``extra``: add that many
-    plain tasks (no attachment) to make a larger split.
+    ``hang``: add a task whose question makes :class:`ScriptedChat` hang (first in the split);
+    ``stall``: one whose streamed answer stops mid-way (first, before the hang). ``extra``: add that
+    many plain tasks (no attachment) to make a larger split.
     """
     from PIL import Image, PngImagePlugin
 
@@ -78,6 +89,8 @@ def write_gaia_download(root: Path, *, hang: bool = False, extra: int = 0) -> li
     ]
     if hang:
         records.insert(0, _record("t-hang", "HANG: what is the answer?", 1, "7"))
+    if stall:
+        records.insert(0, _record("t-stall", "STALL: what is the answer?", 1, "8"))
     (split / "t-csv.csv").write_text("key,value\nANSWER=17,x\n")
     (split / "t-pdb.pdb").write_text(
         "HEADER    TEST STRUCTURE\nREMARK   1 ANSWER=alpha\nATOM      1  N   ALA A   1\n"
@@ -122,6 +135,8 @@ class ScriptedChat:
         flaky: str = "hang",
         refuse: tuple[str, ...] = (),
         context_window: int | None = None,
+        stream: str = "no",
+        chunk_delay_s: float = 0.0,
     ):
         self.records = records
         self.mode = mode
@@ -131,6 +146,10 @@ class ScriptedChat:
         self.flaky = flaky
         self.refuse = refuse
         self.context_window = context_window
+        self.stream = stream
+        self.chunk_delay_s = chunk_delay_s
+        self.stalled = 0  # streams of STALL tasks that stopped mid-way
+        self.streamed = 0  # answers sent as server-sent events
         self.tool_results: dict[str, str] = {}  # task id -> the tool / observation content it got
         self.bodies: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -151,16 +170,65 @@ class ScriptedChat:
         return next(r for r in self.records if r["Question"] in first_user)
 
     @staticmethod
-    def _reply(message: dict[str, Any], finish: str = "stop") -> Response:
-        return JSONResponse(
-            {
-                "id": "chatcmpl-test",
-                "object": "chat.completion",
-                "model": "scripted",
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": 50, "completion_tokens": 7, "total_tokens": 57},
-            }
-        )
+    def _completion(message: dict[str, Any], finish: str = "stop") -> dict[str, Any]:
+        return {
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "model": "scripted",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 7, "total_tokens": 57},
+        }
+
+    def _reply(self, message: dict[str, Any], finish: str = "stop") -> Response:
+        return JSONResponse(self._completion(message, finish))
+
+    def _chunks(self, body: dict[str, Any], message: dict[str, Any], finish: str) -> list[dict[str, Any]]:
+        """A reply as the chunks of a streamed answer (see the module doc)."""
+
+        def chunk(delta: dict[str, Any] | None, reason: str | None = None, **extra: Any) -> dict[str, Any]:
+            choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": reason}]
+            return {"id": "chatcmpl-test", "object": "chat.completion.chunk", "model": "scripted",
+                    "choices": choices, **extra}  # fmt: skip
+
+        chunks = [chunk({"role": "assistant", "content": ""})]
+        text = message.get("content") or ""
+        chunks += [chunk({"content": text[i : i + 3]}) for i in range(0, len(text), 3)]
+        for k, call in enumerate(message.get("tool_calls") or []):
+            head = {"index": k, "id": call["id"], "type": "function"}
+            chunks.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {**head, "function": {"name": call["function"]["name"], "arguments": ""}}
+                        ]
+                    }
+                )
+            )
+            arguments = call["function"]["arguments"]
+            chunks += [chunk({"tool_calls": [{"index": k, "function": {"arguments": arguments[i : i + 5]}}]})
+                       for i in range(0, len(arguments), 5)]  # fmt: skip
+        chunks.append(chunk({}, finish))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunks.append(chunk(None, usage=self._completion(message)["usage"]))
+        return chunks
+
+    def _answer(self, body: dict[str, Any], message: dict[str, Any], finish: str = "stop") -> Response:
+        if not body.get("stream") or self.stream == "no":
+            return self._reply(message, finish)
+        chunks = self._chunks(body, message, finish)
+        stall = "STALL" in json.dumps(body["messages"])
+        self.streamed += 1
+
+        async def events():
+            for i, chunk in enumerate(chunks):
+                if stall and i == 2:
+                    self.stalled += 1
+                    await asyncio.sleep(60)  # until the client gives up and the response is cancelled
+                yield f"data: {json.dumps(chunk)}\n\n"
+                await asyncio.sleep(self.chunk_delay_s)
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
 
     async def chat(self, request: Request) -> Response:
         with self._lock:
@@ -172,6 +240,14 @@ class ScriptedChat:
         body = await request.json()
         self.bodies.append(body)
         messages = body["messages"]
+        if self.stream == "refuse" and "stream" in body:
+            return _refusal(
+                "Unrecognized request argument supplied: stream", "stream", "unsupported_parameter"
+            )
+        if self.stream == "no-options" and "stream_options" in body:
+            return _refusal(
+                "Unrecognized request argument supplied: stream_options", None, "unsupported_parameter"
+            )
         temperature = body.get("temperature")
         if "temperature" in self.refuse and temperature is not None and temperature != 1:
             return _refusal(f"Unsupported value: 'temperature' does not support {temperature} with this model. "
@@ -198,15 +274,18 @@ class ScriptedChat:
         call_id = f"call_{task['task_id']}"
         if last["role"] == "user" and len([m for m in messages if m["role"] == "user"]) == 1:
             if not task["file_name"]:
-                return self._reply({"role": "assistant", "content": f"FINAL ANSWER: {task['Final answer']}"})
+                return self._answer(
+                    body, {"role": "assistant", "content": f"FINAL ANSWER: {task['Final answer']}"}
+                )
             arguments = {"file_name": task["file_name"]}
             if not native:
                 call = json.dumps({"name": "read_file", "arguments": arguments})
-                return self._reply({"role": "assistant", "content": f"<tool_call>{call}</tool_call>"})
+                return self._answer(body, {"role": "assistant", "content": f"<tool_call>{call}</tool_call>"})
             if "read_file" not in {t["function"]["name"] for t in body["tools"]}:
                 return PlainTextResponse("read_file is not among the tools", status_code=400)
             function = {"name": "read_file", "arguments": json.dumps(arguments)}
-            return self._reply(
+            return self._answer(
+                body,
                 {
                     "role": "assistant",
                     "content": None,
@@ -219,7 +298,9 @@ class ScriptedChat:
         self.tool_results[task["task_id"]] = last["content"]
         found = re.search(r"ANSWER=(\w+)", last["content"])
         answer = found.group(1) if found else task["Final answer"]
-        return self._reply({"role": "assistant", "content": f"The file gives it.\nFINAL ANSWER: {answer}"})
+        return self._answer(
+            body, {"role": "assistant", "content": f"The file gives it.\nFINAL ANSWER: {answer}"}
+        )
 
 
 class ScriptedCompletions:

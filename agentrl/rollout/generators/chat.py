@@ -2,7 +2,12 @@
 llama.cpp, Ollama, ``agentrl serve``): messages in, one assistant message out, no tokenizer.
 
 Requests go through :func:`agentrl.rollout.generators.http.post_json` (per-request timeout,
-per-request retries with jittered backoff, concurrency cap, circuit breaker). The client owns one
+per-request retries with jittered backoff, concurrency cap, circuit breaker). They are streamed
+(``stream: true``, ``stream_options.include_usage``) and the chunks joined into one message
+(:func:`join_chunks`), so the request timeout bounds the time without a byte, not the whole answer:
+a slow server that keeps producing tokens is never taken for a hung one. A server that does not
+stream (it answers in one piece, or refuses ``stream``/``stream_options``) is served as it is, with a
+note; the request timeout then bounds each whole answer. The client owns one
 event loop in a daemon thread, so synchronous callers on many worker threads share one connection
 pool and one concurrency cap: :meth:`ChatClient.chat` is thread-safe.
 """
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -29,6 +35,7 @@ from agentrl.rollout.generators.http import (
     RequestFailed,
     RequestPolicy,
     RequestStats,
+    StreamProgress,
     post_json,
 )
 
@@ -107,6 +114,7 @@ class ChatReply:
     finish_reason: str | None
     usage: dict[str, float] = field(default_factory=dict)  # prompt_tokens, completion_tokens, ...
     latency_s: float = 0.0
+    first_chunk_s: float | None = None  # streamed: seconds to the first byte of the answer
 
 
 def parse_reply(payload: dict[str, Any], latency_s: float) -> ChatReply:
@@ -121,6 +129,82 @@ def parse_reply(payload: dict[str, Any], latency_s: float) -> ChatReply:
     return ChatReply(dict(message), choices[0].get("finish_reason"), usage, latency_s)
 
 
+def _merge_calls(calls: list[dict[str, Any]], deltas: list[Any]) -> None:
+    """Add streamed tool-call deltas to ``calls`` (by ``index``: the id, type and name as they first
+    come, the arguments' text appended)."""
+    for delta in deltas:
+        if not isinstance(delta, dict):
+            continue
+        index = delta.get("index", len(calls))
+        index = index if isinstance(index, int) and index >= 0 else len(calls)
+        while len(calls) <= index:
+            calls.append({"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+        call = calls[index]
+        for key in ("id", "type"):
+            if delta.get(key):
+                call[key] = delta[key]
+        function = delta.get("function") or {}
+        if function.get("name") and function["name"] != call["function"]["name"]:
+            call["function"]["name"] += function["name"]
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):  # some servers send the arguments whole, as an object
+            arguments = json.dumps(arguments)
+        if arguments:
+            call["function"]["arguments"] += arguments
+
+
+def join_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Streamed ``chat.completion.chunk`` s joined into the ``chat.completion`` a server answers in
+    one piece: choice 0's message (content and any other text field appended, tool calls merged by
+    index), its finish reason and log-probs, and the usage chunk's usage."""
+    message: dict[str, Any] = {"role": "assistant"}
+    calls: list[dict[str, Any]] = []
+    finish: str | None = None
+    logprobs: list[Any] = []
+    usage: dict[str, Any] | None = None
+    seen = False
+    for chunk in chunks:
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            seen = True
+            for key, value in (choice.get("delta") or {}).items():
+                if key == "tool_calls" and isinstance(value, list):
+                    _merge_calls(calls, value)
+                elif key == "role" and value:
+                    message["role"] = value
+                elif isinstance(value, str):
+                    message[key] = message.get(key, "") + value
+                elif value is not None:
+                    message[key] = value
+            finish = choice.get("finish_reason") or finish
+            content = (choice.get("logprobs") or {}).get("content")
+            if isinstance(content, list):
+                logprobs.extend(content)
+    if not seen:
+        return {"chunks": chunks[:3]}  # parse_reply names what came instead of choices
+    message.setdefault("content", None)
+    if calls:
+        message["tool_calls"] = calls
+    choice = {"index": 0, "message": message, "finish_reason": finish,
+              "logprobs": {"content": logprobs} if logprobs else None}  # fmt: skip
+    return {"object": "chat.completion", "choices": [choice], "usage": usage}
+
+
+def _about_stream(exc: RequestFailed) -> str | None:
+    """``stream_options`` or ``stream`` when a 4xx answer refuses streaming (a server that does not
+    stream, or not with usage); None for any other refusal."""
+    if exc.status not in (400, 422):
+        return None
+    message, param, _ = server_error(exc.body)
+    for key in ("stream_options", "stream"):
+        if param == key or re.search(rf"\b{key}\b", message):
+            return key
+    return None
+
+
 class ChatClient:
     """Chat completions over HTTP.
 
@@ -130,7 +214,9 @@ class ChatClient:
         api_key: sent as ``Authorization: Bearer ...`` when given.
         policy: timeouts, retries and the circuit breaker threshold.
         concurrency: requests in flight at most.
-        sampling: extra body fields (``temperature``, ``max_tokens``, ``seed`` ...).
+        sampling: extra body fields (``temperature``, ``max_tokens``, ``seed`` ...); ``stream``
+            there (``--chat-param stream=false``) decides whether requests are streamed.
+        stream: stream requests (default; see the module doc).
     """
 
     def __init__(
@@ -142,6 +228,7 @@ class ChatClient:
         policy: RequestPolicy | None = None,
         concurrency: int = 8,
         sampling: dict[str, Any] | None = None,
+        stream: bool = True,
     ):
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -149,6 +236,9 @@ class ChatClient:
         self.policy = policy or RequestPolicy(timeout_setting="request timeout")
         self.concurrency = max(1, concurrency)
         self.sampling = dict(sampling or {})
+        self.stream = bool(self.sampling.pop("stream", stream))  # False once the server refuses it
+        self.stream_usage = "stream_options" not in self.sampling  # ask for usage in the stream
+        self.notes: list[str] = []  # what was learnt about the server (printed once each)
         self.breaker = CircuitBreaker(self.policy.breaker_failures)
         self.stats = RequestStats()
         self._lock = threading.Lock()
@@ -165,7 +255,29 @@ class ChatClient:
         body: dict[str, Any] = {"model": self.model, "messages": list(messages), **self.sampling}
         if tools:
             body["tools"] = list(tools)
+        if self.stream:
+            body["stream"] = True
+            if self.stream_usage:
+                body["stream_options"] = {"include_usage": True}
+        elif "stream_options" in body:
+            del body["stream_options"]
         return body
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+            print(f"[chat] note: {self.base_url}: {text}", file=sys.stderr)
+
+    def timeout_meaning(self) -> str:
+        """What the request timeout bounds for this client (printed at start)."""
+        timeout = f"{self.policy.timeout_s:g} s ({self.policy.timeout_setting})"
+        if self.stream:
+            return (
+                f"answers are streamed: a request gives up when no byte has come for {timeout}, before "
+                "the first chunk or between two; a slow server that keeps sending is never taken for a "
+                "hung one, and only the episode timeout bounds a whole answer"
+            )
+        return f"answers are not streamed: a request gives up after {timeout} in all"
 
     async def achat(
         self,
@@ -184,26 +296,52 @@ class ChatClient:
         if self.refused is not None:
             raise self.refused
         t0 = time.perf_counter()
-        body = self.body(messages, tools)
-        try:
-            payload = await post_json(
-                self._client,
-                f"{self.base_url}/chat/completions",
-                body,
-                policy=self.policy,
-                semaphore=self._semaphore,
-                breaker=self.breaker,
-                stats=self.stats,
-                deadline=deadline,
+        for _ in range(3):  # at most: without stream_options, then without stream
+            body = self.body(messages, tools)
+            progress = StreamProgress()
+            try:
+                payload = await post_json(
+                    self._client,
+                    f"{self.base_url}/chat/completions",
+                    body,
+                    policy=self.policy,
+                    semaphore=self._semaphore,
+                    breaker=self.breaker,
+                    stats=self.stats,
+                    deadline=deadline,
+                    join=join_chunks if body.get("stream") else None,
+                    progress=progress,
+                )
+            except RequestFailed as exc:
+                refused = _about_stream(exc) if body.get("stream") else None
+                if refused == "stream_options" and "stream_options" in body:
+                    self.stream_usage = False
+                    self._note("it refuses stream_options; streaming without usage in the stream")
+                    continue
+                if refused is not None:
+                    self.stream = False
+                    self._note(
+                        f"it refuses stream ({server_error(exc.body)[0][:200]}); not streaming: the "
+                        f"request timeout ({self.policy.timeout_s:g} s) now bounds each whole answer"
+                    )
+                    continue
+                refusal = classify_refusal(exc, body)
+                if isinstance(refusal, ParameterRefused):
+                    self.refused = refusal
+                if refusal is exc:
+                    raise
+                raise refusal from None
+            break
+        if body.get("stream") and self.stats.not_streamed:
+            self._note(
+                "it answered a streamed request in one piece (it does not stream): the request "
+                f"timeout ({self.policy.timeout_s:g} s) bounds each whole answer"
             )
-        except RequestFailed as exc:
-            refusal = classify_refusal(exc, body)
-            if isinstance(refusal, ParameterRefused):
-                self.refused = refusal
-            if refusal is exc:
-                raise
-            raise refusal from None
-        return parse_reply(payload, time.perf_counter() - t0)
+        elif body.get("stream") and not payload.get("usage"):
+            self._note("its stream holds no usage (token counts): turns are recorded without them")
+        reply = parse_reply(payload, time.perf_counter() - t0)
+        reply.first_chunk_s = progress.first_event_s if progress.events else None
+        return reply
 
     def chat(
         self,
