@@ -74,3 +74,27 @@ def test_smollm2_on_search_keeps_tokens_and_logprobs_exact():
     mask = batch.loss_mask[:, 1:].bool()
     diff = (logp[mask] - batch.old_logprobs[:, 1:][mask]).abs()
     assert diff.max().item() < 2e-3, diff.max().item()
+
+
+def test_citing_oracle_quotes_the_infobox_line_then_answers(tokenizer):
+    """The citing warm-up's demonstrations: the answer turn is ``Label: value`` (the line of the page
+    the relation names) then ``<answer>value</answer>``, scored 1 by the real env; multi-hop tasks
+    quote only the last hop's line."""
+    import agentrl
+    from agentrl.envs.search.oracle import CitingSearchOracle
+    from agentrl.envs.search.wiki import RELATIONS
+
+    for hops, seed in (("single", 3), ("multi", 5)):
+        episodes = run_oracle_episodes(
+            lambda hops=hops: agentrl.make("agentrl/Search-v0", hops=hops), [None, None], CitingSearchOracle,
+            tokenizer, None, progress=False, seed=seed, group_size=1,
+        )  # fmt: skip
+        for episode in episodes:
+            assert episode.outcome == 1.0
+            last = episode.segments[0].turns[-1].action_text
+            line, answer = last.split("\n")
+            label, value = line.split(": ", 1)
+            assert answer == f"<answer>{value}</answer>" and value in episode.ground_truth
+            assert label in {lab for lab, _ in RELATIONS.values()}
+            page = episode.segments[0].turns[-2].observation
+            assert f"\n{line}" in page  # the quoted line is the page's own
