@@ -59,9 +59,6 @@ OTHER_MEANING = {
 }  # fmt: skip
 #: duplicates found and not merged yet, each with why; the scan fails when one is gone (remove it here)
 LEFT = {
-    ("agentrl/eval/runner.py", "evaluate", "concurrency"):
-        "agentrl eval's episodes in flight (its --concurrency 4): eval's own preset, in issue 46's files",
-    ("agentrl/eval/runner.py", "run_eval", "concurrency"): "as evaluate",
     ("agentrl/eval/chat_agent.py", "__init__", "episode_timeout_s"): "eval's 900 s, also ModelEvalConfig's (EVAL_ROLLOUT)",
 }  # fmt: skip
 
@@ -126,6 +123,7 @@ HOMES = {
         "the sampler's request: RolloutConfig's max_new_tokens/temperature/top_p/top_k refer to it",
     ("agentrl/rollout/remote_env.py", "RaySettings"): "env placement: EnvConfig's ray_* settings refer to it",
     ("agentrl/env.py", "<module>"): "MAX_OBS_CHARS, register()'s observation cap, which env.max_obs_chars unset means",
+    ("agentrl/eval/runner.py", "<module>"): "CONCURRENCY, agentrl eval's episodes at once (evaluate, run_eval)",
 }  # fmt: skip
 
 

@@ -252,12 +252,15 @@ def replay_crashed(
 
 
 # --------------------------------------------------------------------------- entry points
+CONCURRENCY = 4  # agentrl eval's episodes at once (evaluate's and run_eval's default; --concurrency)
+
+
 def evaluate(
     suite: str | Suite,
     agent: str | AgentSpec,
     *,
     limit: int | None = None,
-    concurrency: int = 4,
+    concurrency: int = CONCURRENCY,
     seed: int = 0,
     settings: ModelEvalConfig | None = None,
     ray: str | None = None,
@@ -354,7 +357,7 @@ def run_eval(
     suite: str,
     agent: str,
     limit: int | None = None,
-    concurrency: int = 4,
+    concurrency: int = CONCURRENCY,
     seed: int = 0,
     out: Path | str | None = None,
     as_json: bool = False,
