@@ -77,6 +77,7 @@ class ContinuousBatcher:
         self.generated_tokens = 0
         self.steps = 0  # decode steps run
         self.joined = 0  # rows admitted while others were decoding
+        self.computing = False  # inside a prefill or decode step (a stream's keep-alive reads it)
         self._pending: list[_Row] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -128,6 +129,7 @@ class ContinuousBatcher:
                 continue
             try:
                 with self.generator._lock, torch.no_grad():
+                    self.computing = True
                     if admitted:
                         self._admit(admitted)
                     if self._rows:
@@ -136,6 +138,8 @@ class ContinuousBatcher:
                 for row in [*self._rows, *admitted]:
                     self._answer(row, exc)
                 self._reset()
+            finally:
+                self.computing = False
         for row in [*self._rows, *self._pending]:
             self._answer(row, asyncio.CancelledError())
         self._reset()
@@ -241,11 +245,15 @@ class ContinuousBatcher:
         for members in groups.values():
             sampling = rows[members[0]].sampling
             rngs = [rows[i].rng or gen._rng for i in members]
-            part = logits if len(members) == len(rows) else logits[torch.tensor(members, device=logits.device)]
+            part = (
+                logits if len(members) == len(rows) else logits[torch.tensor(members, device=logits.device)]
+            )
             tok, logp, ent, dist = sample_next(part, sampling, rngs)
             k = max(rows[i].sampling.top_logprobs for i in members)
             top = top_pairs(dist, k)
-            for j, (i, t, lp, e) in enumerate(zip(members, tok.tolist(), logp.tolist(), ent.tolist(), strict=True)):
+            for j, (i, t, lp, e) in enumerate(
+                zip(members, tok.tolist(), logp.tolist(), ent.tolist(), strict=True)
+            ):
                 tokens[i], logps[i], ents[i] = t, lp, e
                 if top is not None:
                     tops[i] = top[j][: rows[i].sampling.top_logprobs]
@@ -272,7 +280,8 @@ class ContinuousBatcher:
         assert self._attention is not None and self._positions is not None and self._next is not None
         device = self.generator.device
         self._attention = torch.cat(
-            [self._attention, torch.ones((len(self._rows), 1), dtype=self._attention.dtype, device=device)], -1
+            [self._attention, torch.ones((len(self._rows), 1), dtype=self._attention.dtype, device=device)],
+            -1,
         )
         out = self.generator.model(
             input_ids=self._next[:, None],

@@ -49,6 +49,10 @@ def _tool_call_json(delta: Delta) -> list[dict[str, Any]]:
     ]
 
 
+#: seconds without a delta after which a stream sends a keep-alive comment (while its engine works)
+KEEPALIVE_S = 5.0
+
+
 class _Job:
     """The ``n`` choices per prompt of one request: streams, batcher submissions, an event queue."""
 
@@ -302,7 +306,9 @@ class _Server:
     async def events(
         self, job: _Job, head: dict[str, Any], fmt: LogprobFormatter, chat: bool
     ) -> AsyncIterator[str]:
-        """Server-sent events: role deltas, content/tool-call deltas, a finish chunk per choice, usage, [DONE]."""
+        """Server-sent events: role deltas, content/tool-call deltas, a finish chunk per choice, usage, [DONE];
+        a comment (``: decoding, N token(s) so far``) after :data:`KEEPALIVE_S` without a delta while
+        the rows sample tokens whose text is held back, or the engine is in a (long) prefill or step."""
         obj = "chat.completion.chunk" if chat else "text_completion"
         usage = {"usage": None} if job.params.include_usage else {}
 
@@ -316,8 +322,20 @@ class _Server:
                 for i in range(len(job.streams)):
                     yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                   "finish_reason": None}])  # fmt: skip
+            sampled = 0
             while len(outputs) < len(job.streams):
-                index, item = await job.queue.get()
+                try:
+                    index, item = await asyncio.wait_for(job.queue.get(), KEEPALIVE_S)
+                except TimeoutError:
+                    # no delta, yet the engine works: tokens sampled whose text is held back (a tool
+                    # call until it closes, a possible stop string), or a long prefill (this request's
+                    # or a batch-mate's) on a slow CPU. A comment says the stream is alive, so a
+                    # client's timeout without a byte takes only a server that stopped for a hang
+                    now = sum(len(stream.tokens) for stream in job.streams)
+                    if now > sampled or getattr(self.batcher, "computing", False):
+                        sampled = now
+                        yield f": decoding, {now} token(s) so far\n\n"
+                    continue
                 if isinstance(item, BaseException):
                     message = (
                         str(item) if isinstance(item, GeneratorError) else f"generation failed: {item!r}"

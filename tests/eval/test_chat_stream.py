@@ -166,3 +166,51 @@ def test_streamed_and_whole_answers_of_agentrl_serve_agree(tmp_path: Path) -> No
     assert streamed.first_chunk_s is not None and whole.first_chunk_s is None
     assert streamed.message == whole.message and streamed.finish_reason == whole.finish_reason
     assert streamed.usage == whole.usage and 1 <= streamed.usage["completion_tokens"] <= 12
+
+
+def test_agentrl_serve_keeps_a_stream_alive_while_it_holds_back_a_tool_call() -> None:
+    """`agentrl serve` sends a tool call once it is complete; while a slow model writes one (here
+    ~40 tokens 0.4 s apart, the pace of a busy CPU), the stream's keep-alive comments keep a client
+    with an 8 s timeout without a byte from taking it for a hung server, and the call arrives whole."""
+    import time as clock
+
+    from agentrl.rollout.generators.chat import ChatClient
+    from agentrl.rollout.generators.http import RequestPolicy
+    from agentrl.rollout.generators.scripted import ScriptedGenerator
+    from agentrl.rollout.model import load_tokenizer
+    from agentrl.serve.server import KEEPALIVE_S, build_app
+
+    class SlowModel(ScriptedGenerator):
+        """The scripted reply, its tokens sampled 0.4 s apart as a slow model's would be."""
+
+        supports_streaming = True
+
+        def generate(self, prompts, sampling, on_token=None):  # type: ignore[override]
+            outputs = super().generate(prompts, sampling)
+            for row, out in enumerate(outputs):
+                for token, logprob in zip(out.ids, out.logprobs, strict=True):
+                    clock.sleep(0.4)
+                    if on_token is not None:
+                        on_token(row, token, logprob, None)
+            return outputs
+
+    code = "print(sum(range(10)))  # " + "counting " * 20
+    call = json.dumps({"name": "python", "arguments": {"code": code}})
+    tokenizer = load_tokenizer("smollm2-135m")
+    model = SlowModel(tokenizer, lambda prompt, index: f"<tool_call>\n{call}\n</tool_call>")
+    tools = [{"type": "function", "function": {"name": "python", "parameters": {
+        "type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}]  # fmt: skip
+    assert len(tokenizer.encode(call)) * 0.4 > 2 * KEEPALIVE_S + 8  # longer than the client's timeout
+    with BackgroundServer(build_app(model, tokenizer, "slow")) as http:
+        client = ChatClient(
+            http.url, "slow", policy=RequestPolicy(timeout_s=8, max_retries=0), sampling={"max_tokens": 200}
+        )
+        try:
+            reply = client.chat([{"role": "user", "content": "Sum 0..9 with python."}], tools)
+        finally:
+            client.close()
+    (sent,) = reply.message["tool_calls"]
+    assert sent["function"]["name"] == "python" and json.loads(sent["function"]["arguments"]) == {
+        "code": code
+    }
+    assert reply.finish_reason == "tool_calls" and reply.usage["completion_tokens"] > 0
