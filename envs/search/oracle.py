@@ -115,6 +115,19 @@ class CitingSearchOracle(SearchOracle):
         return action
 
 
+class PlanningSearchOracle(CitingSearchOracle):
+    """:class:`CitingSearchOracle` that names the infobox label it is after in its first turn, right
+    after the question (``Looking for: Currency``, then the search call): the question-to-field
+    choice is made where the question is the nearest text, and the answer turn copies it."""
+
+    def act(self, observation: str, info: dict[str, Any] | None = None) -> str:
+        first = self.state == "search" and self.hop == 0 and self.tries == 0
+        action = super().act(observation, info)
+        if first and action.startswith("<tool_call>"):
+            return f"Looking for: {RELATIONS[self.relations[-1]][0]}\n{action}"
+        return action
+
+
 class FoldingSearchOracle(SearchOracle):
     """:class:`SearchOracle` that works each hop in a FoldGRPO branch (``rollout.folding=branch``).
 

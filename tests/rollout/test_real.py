@@ -98,3 +98,22 @@ def test_citing_oracle_quotes_the_infobox_line_then_answers(tokenizer):
             assert label in {lab for lab, _ in RELATIONS.values()}
             page = episode.segments[0].turns[-2].observation
             assert f"\n{line}" in page  # the quoted line is the page's own
+
+
+def test_planning_oracle_names_the_label_first_then_quotes_it(tokenizer):
+    """The planning warm-up's demonstrations: the first turn names the label sought (``Looking for:
+    Currency``) before its search call, and the answer turn quotes that label's line of the page."""
+    from agentrl.envs.search.oracle import PlanningSearchOracle
+
+    episodes = run_oracle_episodes(
+        "agentrl/Search-v0", [None, None, None], PlanningSearchOracle, tokenizer, None, progress=False, seed=4,
+        group_size=1,
+    )  # fmt: skip
+    for episode in episodes:
+        turns = episode.segments[0].turns
+        assert episode.outcome == 1.0
+        plan, call = turns[0].action_text.split("\n", 1)
+        assert plan.startswith("Looking for: ") and call.startswith("<tool_call>") and len(turns[0].tool_calls) == 1
+        label = plan.removeprefix("Looking for: ")
+        assert turns[-1].action_text.startswith(f"{label}: ")
+        assert all("Looking for" not in t.action_text for t in turns[1:])
