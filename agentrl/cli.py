@@ -1,7 +1,12 @@
 """The ``agentrl`` command: train, study, eval, play, envs, sandbox, serve, bench.
 
 Each command is a thin shell over a library function, imported only when the command runs, so
-``agentrl envs`` does not pay for torch.
+``agentrl envs`` does not pay for torch. The program entry points are here too: :func:`main` (the
+console script), and :func:`train_main` / :func:`study_main`, which turn a run into an exit code
+(2 for a bad config, 1 for a failed run) and are what ``agentrl train`` and ``agentrl study`` call.
+
+Long because it is the whole command line in one place: every command with its options and their
+help (what ``agentrl --help`` and docs/reference/cli.md show) and the entry points.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any
 
 import typer
 
-from agentrl.errors import AgentRLError
+from agentrl.errors import AgentRLError, ConfigError
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Train and evaluate tool-using LLM agents with RL."
@@ -160,7 +165,6 @@ def _play_folded(env_id: str, script: Path | None, task_id: str | None, split: s
     """``agentrl play --folding ...``: scripted actions through the agent; turns with process rewards."""
     import agentrl
     from agentrl.config import RunConfig, load_config
-    from agentrl.errors import ConfigError
     from agentrl.rollout.model import load_tokenizer
     from agentrl.rollout.replay import replay_through_agent, turn_records
 
@@ -298,8 +302,6 @@ def train(
         for name, default, text in help_text():
             typer.echo(f"{name} = {default}\n    {text}")
         return
-    from agentrl.train.trainer import main as train_main
-
     raise typer.Exit(train_main(config, list(ctx.args)))
 
 
@@ -318,8 +320,6 @@ def study(
 
     Per seed one warm-up, then every method from it on the same tasks and sample budget; finished
     runs are skipped on a re-run. Writes results.json, report.md and plots to the study's out_dir."""
-    from agentrl.study.orchestrator import main as study_main
-
     raise typer.Exit(study_main(str(config), list(ctx.args), max_runs=max_runs, parallel=parallel))
 
 
@@ -451,7 +451,69 @@ def bench(quick: bool = typer.Option(False, help="Small sizes (what CI runs)."))
     raise typer.Exit(subprocess.call([sys.executable, str(script), *(["--quick"] if quick else [])]))
 
 
+# --------------------------------------------------------------------------- entry points
+def train_main(config_path: str | Path | None, overrides: list[str] | None = None) -> int:
+    """``agentrl train CONFIG [overrides]``: 0 on success, 2 on a bad config, 1 on a run error."""
+    from rich.console import Console
+
+    from agentrl.config import load_config
+    from agentrl.train.engines import world
+    from agentrl.train.trainer import train
+
+    console = Console(stderr=True)
+    try:
+        config = load_config(config_path, list(overrides or []))
+    except ConfigError as exc:
+        console.print(f"[red]config error:[/red] {exc}")
+        return 2
+    try:
+        summary = train(config)
+    except AgentRLError as exc:
+        console.print(f"[red]training failed:[/red] {exc}")
+        log = Path(config.train.out_dir) / "train.log"
+        if world()[0] == 0 and log.exists():  # the run's log says how it ended, as the terminal did
+            with log.open("a") as handle:
+                handle.write(f"training failed: {exc}\n")
+        return 1
+    if world()[0] == 0:
+        for name, part in summary.get("per_env", {}).items():
+            print(f"held-out success on {name} before RL: {part['success_before']:.3f}  after RL: "
+                  f"{part['success_after']:.3f}  ({part['gained']} tasks gained, {part['lost']} lost, "
+                  f"sign-test p={part['p_value']:.3g})")  # fmt: skip
+        print(
+            f"held-out success before RL: {summary['success_before']:.3f}  after RL: {summary['success_after']:.3f}"
+            f"  ({summary['gained']} tasks gained, {summary['lost']} lost, sign-test p={summary['p_value']:.3g})"
+        )
+    return 0
+
+
+def study_main(config_path: str, overrides: list[str] | None = None, *, max_runs: int | None = None,
+               parallel: int = 1) -> int:  # fmt: skip
+    """``agentrl study CONFIG [key=value ...]``: 0 done (or stopped by ``max_runs``), 2 bad config, 1 failed run."""
+    from rich.console import Console
+
+    from agentrl.study.orchestrator import load_study, run_study
+
+    console = Console(stderr=True)
+    try:
+        study = load_study(config_path, list(overrides or []))
+    except ConfigError as exc:
+        console.print(f"[red]study config error:[/red] {exc}")
+        return 2
+    try:
+        results = run_study(study, max_runs=max_runs, parallel=parallel)
+    except ConfigError as exc:  # finished runs the study now sets otherwise (check_finished), before any run
+        console.print(f"[red]study config error:[/red] {exc}")
+        return 2
+    except AgentRLError as exc:
+        console.print(f"[red]study failed:[/red] {exc}")
+        return 1
+    print((study.out_dir / "report.md").read_text() if results["complete"] else "study not complete yet")
+    return 0
+
+
 def main() -> None:
+    """The ``agentrl`` command (pyproject's console script; ``python -m agentrl.cli``)."""
     try:
         app()
     except AgentRLError as exc:

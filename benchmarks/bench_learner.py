@@ -107,7 +107,7 @@ def train_table(quick: bool) -> dict[str, float]:
 
 
 def _train_once(out: Path, quick: bool) -> dict[str, float]:
-    from agentrl.train.trainer import main
+    from agentrl.cli import train_main as main
 
     steps = 1 if quick else 2
     overrides = [

@@ -498,28 +498,5 @@ def _describe(study: StudyConfig, runs: list[Run]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def main(config_path: str, overrides: list[str] | None = None, *, max_runs: int | None = None,
-         parallel: int = 1) -> int:  # fmt: skip
-    """``agentrl study CONFIG [key=value ...]``: 0 done (or stopped by ``max_runs``), 2 bad config, 1 failed run."""
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    try:
-        study = load_study(config_path, list(overrides or []))
-    except ConfigError as exc:
-        console.print(f"[red]study config error:[/red] {exc}")
-        return 2
-    try:
-        results = run_study(study, max_runs=max_runs, parallel=parallel)
-    except ConfigError as exc:  # finished runs the study now sets otherwise (check_finished), before any run
-        console.print(f"[red]study config error:[/red] {exc}")
-        return 2
-    except AgentRLError as exc:
-        console.print(f"[red]study failed:[/red] {exc}")
-        return 1
-    print((study.out_dir / "report.md").read_text() if results["complete"] else "study not complete yet")
-    return 0
-
-
-__all__ = ["Method", "Run", "StudyConfig", "changed_settings", "check_finished", "child_env", "load_study", "main", "plan",
+__all__ = ["Method", "Run", "StudyConfig", "changed_settings", "check_finished", "child_env", "load_study", "plan",
            "run_parallel", "run_study", "this_sitting"]

@@ -9,7 +9,7 @@
     evaluate(i)  the held-out eval (agentrl.train.heldout)
     finish()     held-out eval after RL, the paired comparison, the exported model, summary.json
 
-``agentrl train CONFIG [section.field=value ...]`` calls :func:`main`, which calls :func:`train`.
+``agentrl train CONFIG [section.field=value ...]`` calls :func:`agentrl.cli.train_main`, which calls :func:`train`.
 What a step reads is :class:`agentrl.train.step.Run` (built once); what carries between steps is
 :class:`agentrl.train.step.StepState`.
 """
@@ -25,8 +25,8 @@ from typing import Any
 import torch
 import yaml
 
-from agentrl.config import RunConfig, load_config, resolve_env_budgets, to_dict
-from agentrl.errors import AgentRLError, ConfigError
+from agentrl.config import RunConfig, resolve_env_budgets, to_dict
+from agentrl.errors import ConfigError
 from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, seed_everything
 from agentrl.train.engines import make_engine, world
 from agentrl.train.heldout import check_shared_eval, compare_evals, held_out_means, make_evaluator
@@ -308,35 +308,4 @@ def train(config: RunConfig) -> dict[str, Any]:
     return Trainer(config).fit()
 
 
-def main(config_path: str | None, overrides: list[str] | None = None) -> int:
-    """``agentrl train CONFIG [overrides]``: 0 on success, 2 on a bad config, 1 on a run error."""
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    try:
-        config = load_config(config_path, list(overrides or []))
-    except ConfigError as exc:
-        console.print(f"[red]config error:[/red] {exc}")
-        return 2
-    try:
-        summary = train(config)
-    except AgentRLError as exc:
-        console.print(f"[red]training failed:[/red] {exc}")
-        log = Path(config.train.out_dir) / "train.log"
-        if world()[0] == 0 and log.exists():  # the run's log says how it ended, as the terminal did
-            with log.open("a") as handle:
-                handle.write(f"training failed: {exc}\n")
-        return 1
-    if world()[0] == 0:
-        for name, part in summary.get("per_env", {}).items():
-            print(f"held-out success on {name} before RL: {part['success_before']:.3f}  after RL: "
-                  f"{part['success_after']:.3f}  ({part['gained']} tasks gained, {part['lost']} lost, "
-                  f"sign-test p={part['p_value']:.3g})")  # fmt: skip
-        print(
-            f"held-out success before RL: {summary['success_before']:.3f}  after RL: {summary['success_after']:.3f}"
-            f"  ({summary['gained']} tasks gained, {summary['lost']} lost, sign-test p={summary['p_value']:.3g})"
-        )
-    return 0
-
-
-__all__ = ["TaskSampler", "Trainer", "compare_evals", "filter_episodes", "main", "train"]
+__all__ = ["TaskSampler", "Trainer", "compare_evals", "filter_episodes", "train"]

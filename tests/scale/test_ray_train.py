@@ -10,7 +10,7 @@ import signal
 import pytest
 import torch
 
-from agentrl.train.trainer import main
+from agentrl.cli import train_main as main
 
 pytestmark = pytest.mark.slow  # two tiny training runs plus a cluster start on a shared 2-core machine
 

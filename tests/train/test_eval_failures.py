@@ -8,7 +8,7 @@ import pytest
 import toy_envs  # noqa: F401  (registers test/Flaky-v0)
 from toy_envs import FlakyEnv
 
-from agentrl.train.trainer import main
+from agentrl.cli import train_main as main
 
 RUN = [
     "env.id=test/Flaky-v0", "env.max_turns=2", "rollout.group_size=2", "rollout.tasks_per_step=1",

@@ -93,7 +93,7 @@ def test_tis_weight_reaches_the_loss_and_the_update_runs():
 def test_the_trainer_logs_the_mismatch_every_step_and_trains_with_a_correction(tiny_model_dir, tmp_path):
     import json
 
-    from agentrl.train.trainer import main
+    from agentrl.cli import train_main as main
 
     out = tmp_path / "run"
     run = [f"model.name={tiny_model_dir}", "env.id=agentrl/Search-v0", "env.max_turns=2", "env.kwargs={hops: single}",

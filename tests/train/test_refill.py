@@ -8,12 +8,12 @@ import pytest
 import torch
 from train_helpers import config, episodes
 
+from agentrl.cli import train_main as main
 from agentrl.errors import ConfigError
 from agentrl.rollout.runner import RunStats
 from agentrl.train.engines import _EngineBase
 from agentrl.train.progress import RunProgress
 from agentrl.train.step import Draw, Sampling, TaskSampler
-from agentrl.train.trainer import main
 
 
 class ScriptedRollouts:

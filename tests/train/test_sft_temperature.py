@@ -51,7 +51,7 @@ def test_resolved_sft_temperature_is_printed_and_saved(tiny_model_dir, tmp_path,
     """Through `agentrl train`: unset resolves to rollout.temperature; an explicit value wins."""
     import yaml
 
-    from agentrl.train.trainer import main
+    from agentrl.cli import train_main as main
 
     base = [
         f"model.name={tiny_model_dir}", "train.steps=0", "train.sft_warmup_steps=1", "train.sft_demos=2",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_trainer import TINY_RUN
 
-from agentrl.train.trainer import main
+from agentrl.cli import train_main as main
 
 REFUSED = [
     (["algo.advantage=gigpo", "algo.loss=gspo"], "algo.loss", "sequence-level ratio"),
