@@ -105,7 +105,7 @@ class CitingSearchOracle(SearchOracle):
     ``Currency: wiokym`` then ``<answer>wiokym</answer>``. The choice of field is then made at the
     label, a token shared by every entity of a kind, instead of at the value, a fictional name seen
     once; a warm-up on these demonstrations gives RL a decision it can generalise
-    (docs/results/2026-11-28-quickstart-levers.md, "Cite the line")."""
+    (docs/results/2026-11-28-quickstart-answer-turn.md)."""
 
     def act(self, observation: str, info: dict[str, Any] | None = None) -> str:
         action = super().act(observation, info)
