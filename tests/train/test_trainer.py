@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from agentrl.train.trainer import TaskSampler, compare_evals, main
+from agentrl.cli import train_main as main
+from agentrl.train.trainer import TaskSampler, compare_evals
 
 TINY_RUN = [
     "env.id=agentrl/Search-v0", "env.max_turns=2", "env.max_obs_chars=300", "env.kwargs={hops: single}",
