@@ -104,8 +104,8 @@ class CitingSearchOracle(SearchOracle):
     """:class:`SearchOracle` whose answer turn first quotes the infobox line it read, then answers:
     ``Currency: wiokym`` then ``<answer>wiokym</answer>``. The choice of field is then made at the
     label, a token shared by every entity of a kind, instead of at the value, a fictional name seen
-    once; a warm-up on these demonstrations gives RL a decision it can generalise
-    (docs/results/2026-11-28-quickstart-answer-turn.md)."""
+    once. Measured alone, its warm-up picks the label by position, not by the question; see
+    :class:`PlanningSearchOracle` (docs/results/2026-11-28-quickstart-answer-turn.md)."""
 
     def act(self, observation: str, info: dict[str, Any] | None = None) -> str:
         action = super().act(observation, info)
