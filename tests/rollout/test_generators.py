@@ -16,7 +16,7 @@ from agentrl.errors import GeneratorError
 from agentrl.registry import GENERATORS
 from agentrl.rollout.batcher import Batcher
 from agentrl.rollout.generators.base import SamplingParams, make_generator
-from agentrl.rollout.generators.hf import HFGenerator
+from agentrl.rollout.generators.hf import SHORT_SUFFIX, HFGenerator
 from agentrl.rollout.generators.openai import OpenAIGenerator
 from agentrl.serve.server import BackgroundServer, build_app
 
@@ -318,3 +318,28 @@ def test_a_lock_step_wave_past_the_prefix_budget_keeps_the_rows_it_holds(tiny, t
         ]
     # turn 0 has nothing cached; later turns hold what fits in 300 tokens of sequences of 50-100
     assert held_per_turn[0] == 0 and all(2 <= h < 8 for h in held_per_turn[1:]), held_per_turn
+
+
+def test_short_suffixes_after_a_cached_prefix_prefill_together(tiny, tokenizer):
+    """One wave mixing rows that extend a cached sequence by a few tokens (prefilled together, in one
+    forward: a tree branch's last observation), rows with a long new suffix and rows with nothing
+    cached (prefilled alone): every row gives what it gives with no cache at all."""
+    rng = random.Random(2)
+    roots = [[rng.randrange(100, 20_000) for _ in range(30 + 7 * i)] for i in range(3)]
+    sampling = SamplingParams(max_new_tokens=6, temperature=0.0, stop_ids=())
+    cached = HFGenerator(tiny, tokenizer, prefix_cache_tokens=10_000)
+    plain = HFGenerator(tiny, tokenizer, prefix_cache_tokens=0)
+    first = cached.generate(roots, sampling)
+    grown = [r + o.ids for r, o in zip(roots, first, strict=True)]
+    wave = [
+        grown[0] + [rng.randrange(100, 20_000) for _ in range(3)],  # short suffixes of different lengths
+        grown[1] + [rng.randrange(100, 20_000)],
+        grown[0] + [rng.randrange(100, 20_000) for _ in range(11)],  # two rows extend one cached sequence
+        grown[2] + [rng.randrange(100, 20_000) for _ in range(SHORT_SUFFIX + 5)],  # long: alone
+        [rng.randrange(100, 20_000) for _ in range(20)],  # nothing cached: alone
+    ]
+    hits = cached.prefix_cache.hits
+    for out, ref in zip(cached.generate(wave, sampling), plain.generate(wave, sampling), strict=True):
+        assert out.ids == ref.ids
+        assert max(abs(a - b) for a, b in zip(out.logprobs, ref.logprobs, strict=True)) < 1e-4
+    assert cached.prefix_cache.hits - hits == 4  # every row but the uncached one reused its prefix
