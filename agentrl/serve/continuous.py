@@ -172,7 +172,7 @@ class ContinuousBatcher:
             return cache, logits, attention
         input_ids, attention = left_pad(prompts, gen.pad_id, gen.device)  # [n, L]
         cache = roomy_cache(room)
-        logits = gen._prefill(
+        logits = gen._logits(
             input_ids=input_ids,
             attention_mask=attention,
             position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
@@ -283,17 +283,16 @@ class ContinuousBatcher:
             [self._attention, torch.ones((len(self._rows), 1), dtype=self._attention.dtype, device=device)],
             -1,
         )
-        out = self.generator.model(
+        logits = self.generator._logits(
             input_ids=self._next[:, None],
             attention_mask=self._attention,
             position_ids=self._positions,
             past_key_values=self._cache,
-            use_cache=True,
         )
         self.steps += 1
         self._positions = self._positions + 1
         rows = self._rows
-        keep = self._sample(rows, out.logits[:, -1, :])
+        keep = self._sample(rows, logits)
         for i, row in enumerate(rows):
             if i not in keep:
                 self._store(i, row)

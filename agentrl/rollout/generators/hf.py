@@ -24,6 +24,7 @@ from agentrl.rollout.generators.base import (
     check_prompts,
     derive_seed,
 )
+from agentrl.rollout.generators.head import last_logits, packed_head_for
 from agentrl.rollout.generators.kv_cache import PrefixCache, left_padded_cache, roomy_cache
 from agentrl.rollout.generators.sampling import sample_next, top_pairs
 
@@ -112,6 +113,7 @@ class HFGenerator(Generator):
         self._lock = threading.Lock()
         # 0 disables; SmolLM2 keeps ~46 KB of fp32 K/V per token
         self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
+        self.head = packed_head_for(model)  # the LM head prepacked on CPU (head.py); None: the model's forward
 
     @property
     def device(self) -> torch.device:
@@ -185,7 +187,7 @@ class HFGenerator(Generator):
             input_ids, attention = left_pad(prompts, self.pad_id, device)  # [B, L]
             pads = [input_ids.shape[1] - len(p) for p in prompts]
             cache = roomy_cache(room)
-            logits = self._prefill(
+            logits = self._logits(
                 input_ids=input_ids,
                 attention_mask=attention,
                 position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
@@ -235,14 +237,9 @@ class HFGenerator(Generator):
                 [attention, torch.ones((len(rows), 1), dtype=attention.dtype, device=device)], -1
             )
             last_pos = last_pos + 1
-            out = self.model(
-                input_ids=feed[:, None],
-                attention_mask=attention,
-                position_ids=last_pos,
-                past_key_values=cache,
-                use_cache=True,
+            logits = self._logits(  # [B, V]
+                input_ids=feed[:, None], attention_mask=attention, position_ids=last_pos, past_key_values=cache
             )
-            logits = out.logits[:, -1, :]  # [B, V]
         self._store_rows(cache, list(enumerate(rows)), prompts, ids, pads, release=True)
         total_s = time.perf_counter() - t0
         timings = {"prefill_s": prefill_s, "generate_s": total_s, "batch": float(batch)}
@@ -258,9 +255,10 @@ class HFGenerator(Generator):
             for b in range(batch)
         ]
 
-    def _prefill(self, **inputs: Any) -> torch.Tensor:
-        """Logits ``[B, V]`` at the last position of a cached forward over ``inputs``."""
-        return self.model(**inputs, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+    def _logits(self, **inputs: Any) -> torch.Tensor:
+        """Logits ``[B, V]`` at the last position of a cached forward over ``inputs`` (a prefill or a
+        decode step), through the prepacked head where there is one (:mod:`.head`)."""
+        return last_logits(self.model, self.head, **inputs)
 
     def _store_rows(
         self,
@@ -321,7 +319,7 @@ class HFGenerator(Generator):
                 for layer, (k, v) in enumerate(kv):
                     row_cache.update(k.to(device), v.to(device), layer)
             suffix = torch.tensor([list(prompt[n:])], dtype=torch.long, device=device)  # [1, S]
-            logits = self._prefill(
+            logits = self._logits(
                 input_ids=suffix,
                 attention_mask=torch.ones((1, len(prompt)), dtype=torch.long, device=device),
                 position_ids=torch.arange(n, len(prompt), device=device)[None],
@@ -376,7 +374,7 @@ class HFGenerator(Generator):
         attention = torch.cat([attention, input_mask], -1)  # [B, past_len + width]
         offsets = torch.tensor(keeps, device=device)[:, None] - (width - input_mask.sum(-1, keepdim=True))
         positions = (offsets + torch.arange(width, device=device)[None]).clamp(min=0)  # [B, width]
-        logits = self._prefill(
+        logits = self._logits(
             input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache
         )
         end = past_len + width
