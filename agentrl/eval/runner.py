@@ -27,6 +27,7 @@ import agentrl
 from agentrl.env import Task
 from agentrl.errors import AgentRLError, ConfigError, EnvError
 from agentrl.eval.agents import AgentSpec, OracleAdapter, RandomAgent, ScriptedAgent, load_oracle, parse_agent
+from agentrl.eval.crashes import replay_crashed
 from agentrl.eval.model_agent import SETTING_SOURCES, ModelEvalConfig
 from agentrl.eval.records import EvalResult, Job, episode_record, failed_episode, subset_label
 from agentrl.eval.report import aggregate, error_lines, table_lines, write_report
@@ -199,58 +200,6 @@ def run_model(
     )
 
 
-def is_hang(error: str) -> bool:
-    """Whether an episode error is a wait that ran out (a request or the episode timed out)."""
-    from agentrl.rollout.generators.http import NO_ANSWER
-
-    return NO_ANSWER in error or "episode timeout after" in error
-
-
-def replay_crashed(
-    jobs: Sequence[Job],
-    results: list[tuple[Episode, float]],
-    run: Callable[[Sequence[Job]], tuple[list[tuple[Episode, float]], float]],
-    rounds: int,
-    *,
-    whole_groups: bool = False,
-) -> tuple[list[tuple[Episode, float]], list[list[str]], float]:
-    """Re-run crashed episodes (an env, sandbox, server or generator error) up to ``rounds`` times,
-    each with its own job (task and seed), as the trainer's held-out eval does; an episode that
-    crashes every time stays crashed (scored unsolved, bounded by ``--max-failed``). Nothing is
-    replayed when every episode crashed (a server that is down or a bad setting: replaying would only
-    repeat it). ``whole_groups``: the rollout engine runs a task's samples as one group, so a crashed
-    sample replays its whole group and only the crashed ones are replaced.
-
-    A hang is not replayed: an episode whose request got no answer within its timeout, or whose
-    deadline passed, would cost that wait again (one hang should cost one request timeout).
-
-    Returns ``(results, the earlier errors of each job, setup seconds of the replays)``."""
-    results, errors, setup_s = list(results), [[] for _ in jobs], 0.0
-    for attempt in range(1, rounds + 1):
-        failed = [i for i, (episode, _) in enumerate(results) if episode.failed]
-        if not failed or len(failed) == len(results):
-            break
-        crashed = [i for i in failed if not is_hang(str(results[i][0].error))]
-        if len(crashed) < len(failed) and attempt == 1:
-            print(f"[eval] {len(failed) - len(crashed)} episode(s) hung (no answer within the request or "
-                  "episode timeout): not replayed, a replay would wait as long again", file=sys.stderr)  # fmt: skip
-        if not crashed:
-            break
-        print(f"[eval] {len(crashed)} of {len(results)} episodes crashed (first: {results[crashed[0]][0].error}); "
-              f"replaying them ({attempt}/{rounds}, --replays)", file=sys.stderr)  # fmt: skip
-        rerun = crashed
-        if whole_groups:
-            tasks = {(jobs[i].part.env_id, jobs[i].task.id) for i in crashed}
-            rerun = [i for i, job in enumerate(jobs) if (job.part.env_id, job.task.id) in tasks]
-        again, seconds = run([jobs[i] for i in rerun])
-        setup_s += seconds
-        for i, result in zip(rerun, again, strict=True):
-            if results[i][0].failed:
-                errors[i].append(str(results[i][0].error))
-                results[i] = result
-    return results, errors, setup_s
-
-
 # --------------------------------------------------------------------------- entry points
 CONCURRENCY = 4  # agentrl eval's episodes at once (evaluate's and run_eval's default; --concurrency)
 
@@ -269,7 +218,7 @@ def evaluate(
     """Run ``agent`` on ``suite`` and return the records, the aggregate metrics and the episodes.
 
     ``settings``: budgets and request settings of model agents (default: ``AGENTRL_EVAL_*`` variables).
-    ``replays``: rounds of re-running crashed episodes (see :func:`replay_crashed`).
+    ``replays``: rounds of re-running crashed episodes (see :func:`agentrl.eval.crashes.replay_crashed`).
     """
     import agentrl.eval.suites  # noqa: F401  (registers the suites)
 
@@ -302,12 +251,31 @@ def evaluate(
             suite_obj, part_jobs, spec, concurrency, seed, settings, transcripts, remote, loaded, requested
         )
 
+    def rerun(positions: list[int]) -> list[tuple[Episode, float]]:
+        nonlocal setup_s
+        again, seconds = run([jobs[i] for i in positions])
+        setup_s += seconds
+        return again
+
+    def whole_groups(crashed: list[int]) -> list[int]:
+        """The rollout engine runs a task's samples as one group: a crashed sample re-runs its group."""
+        tasks = {(jobs[i].part.env_id, jobs[i].task.id) for i in crashed}
+        return [i for i, job in enumerate(jobs) if (job.part.env_id, job.task.id) in tasks]
+
+    def say(attempt: int, crashed: list[Episode], hangs: int) -> None:
+        if hangs and attempt == 1:
+            print(f"[eval] {hangs} episode(s) hung (no answer within the request or episode timeout): not "
+                  "replayed, a replay would wait as long again", file=sys.stderr)  # fmt: skip
+        if crashed:
+            print(f"[eval] {len(crashed)} of {len(jobs)} episodes crashed (first: {crashed[0].error}); "
+                  f"replaying them ({attempt}/{replays}, --replays)", file=sys.stderr)  # fmt: skip
+
     try:
         results, setup_s = run(jobs)
-        results, replay_errors, replay_setup_s = replay_crashed(
-            jobs, results, run, replays, whole_groups=spec.kind in ("model", "openai")
-        )
-        setup_s += replay_setup_s
+        results, replay_errors = replay_crashed(  # a hang is not replayed, nor a run where every episode crashed
+            results, rerun, replays, episode=lambda result: result[0], on_round=say, replay_hangs=False,
+            replay_all_failed=False, groups=whole_groups if spec.kind in ("model", "openai") else None,
+        )  # fmt: skip
     finally:
         loaded.clear()
         for pool in (remote or {}).values():

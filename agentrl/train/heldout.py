@@ -14,6 +14,7 @@ import numpy as np
 
 from agentrl.config import RunConfig, eval_differences, load_config
 from agentrl.errors import ConfigError
+from agentrl.eval.crashes import replay_crashed
 from agentrl.train.memory import PhasePeaks, gpu_memory
 from agentrl.train.metrics import MetricsLogger
 from agentrl.train.progress import RunProgress
@@ -96,21 +97,23 @@ def replay_failed(episodes: list[Episode], tasks: list[Any], rollouts: Rollouts,
                   config: RunConfig, progress: RunProgress, rounds: int = 2) -> tuple[list[Episode], int]:  # fmt: skip
     """Replay a held-out eval's failed (crashed) episodes up to ``rounds`` times, each from the start
     of its own task (its sampling stream is keyed by the task, so a greedy replay is the episode the
-    crash interrupted; the env's reset seed follows the position in the replayed list). Returns the
-    episodes in task order and how many replays ran."""
-    episodes, replayed = list(episodes), 0
-    for _ in range(rounds):
-        failed = [i for i, ep in enumerate(episodes) if ep.failed]
-        if not failed:
-            break
-        progress.line(f"{name}: {len(failed)} of {len(tasks)} episodes failed ({episodes[failed[0]].error}); "
-                      "replaying them")  # fmt: skip
-        again, _ = rollouts.run([tasks[i] for i in failed], seed=EVAL_SEED, version=step, group_size=1,
+    crash interrupted; the env's reset seed follows the position in the replayed list), through
+    ``agentrl eval``'s loop (:func:`agentrl.eval.crashes.replay_crashed`) with the trainer's policy:
+    every failed episode is replayed, hangs too, even when all of them failed. Returns the episodes
+    in task order and how many replays ran."""
+
+    def rerun(positions: list[int]) -> list[Episode]:
+        again, _ = rollouts.run([tasks[i] for i in positions], seed=EVAL_SEED, version=step, group_size=1,
                                 temperature=config.train.eval_temperature)  # fmt: skip
-        for i, episode in zip(failed, again, strict=True):
-            episodes[i] = episode
-        replayed += len(failed)
-    return episodes, replayed
+        return again
+
+    def say(attempt: int, failed: list[Episode], hangs: int) -> None:
+        progress.line(f"{name}: {len(failed)} of {len(tasks)} episodes failed ({failed[0].error}); "
+                      "replaying them")  # fmt: skip
+
+    episodes, errors = replay_crashed(episodes, rerun, rounds, episode=lambda ep: ep, on_round=say,
+                                      replay_hangs=True, replay_all_failed=True)  # fmt: skip
+    return episodes, sum(len(e) for e in errors)
 
 
 def check_failed(episodes: list[Episode], name: str, config: RunConfig, progress: RunProgress) -> None:
