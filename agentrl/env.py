@@ -114,6 +114,11 @@ class TextEnv(gym.Env[str, str]):
     #: variables and files): :meth:`fork` replays their calls, in order, into the fork's own fresh
     #: tools and checks that each gives the same observation text as it did here.
     stateful_tools: tuple[str, ...] = ()
+    #: Tool services the env's instances share when they run in Ray actors (``env.placement: ray``,
+    #: scoped by ``env.ray_services``): ``"sandbox_pool"`` (its tools lease boxes through
+    #: ``tools.python.shared_pool``: one pool per node) and ``"shop"`` (it takes ``server_url``: one
+    #: shop server per node or cluster). See :mod:`agentrl.cluster.services`.
+    shared_services: tuple[str, ...] = ()
 
     def __init__(self, *, split: str = "train", render_mode: str | None = None):
         if split not in self.splits:

@@ -55,7 +55,7 @@ OTHER_MEANING = {
     ("agentrl/rollout/agent.py", "<module>", "DEFAULT_MAX_TURNS"):
         "the cap of an env built outside the registry (no TurnBudget, so no turn budget applies at all); "
         "a registered env's budget is its registration's",
-    ("agentrl/rollout/ray_services.py", "<module>", "SERVICE_CONCURRENCY"): "requests a shared tool service serves at once",
+    ("agentrl/cluster/services.py", "<module>", "SERVICE_CONCURRENCY"): "requests a shared tool service serves at once",
 }  # fmt: skip
 #: duplicates found and not merged yet, each with why; the scan fails when one is gone (remove it here)
 LEFT = {
@@ -121,7 +121,7 @@ HOMES = {
     ("agentrl/rollout/settings.py", "RolloutConfig"): "the rollout: section",
     ("agentrl/rollout/generators/base.py", "SamplingParams"):
         "the sampler's request: RolloutConfig's max_new_tokens/temperature/top_p/top_k refer to it",
-    ("agentrl/rollout/remote_env.py", "RaySettings"): "env placement: EnvConfig's ray_* settings refer to it",
+    ("agentrl/cluster/remote_env.py", "RaySettings"): "env placement: EnvConfig's ray_* settings refer to it",
     ("agentrl/env.py", "<module>"): "MAX_OBS_CHARS, register()'s observation cap, which env.max_obs_chars unset means",
     ("agentrl/eval/runner.py", "<module>"): "CONCURRENCY, agentrl eval's episodes at once (evaluate, run_eval)",
 }  # fmt: skip
@@ -158,7 +158,7 @@ def test_the_same_setting_has_one_default_across_the_sections():
 
 def test_ray_settings_take_the_env_sections_defaults():
     from agentrl.config import EnvConfig
-    from agentrl.rollout.remote_env import RaySettings
+    from agentrl.cluster.remote_env import RaySettings
 
     assert RaySettings() == RaySettings.from_env(EnvConfig())
 

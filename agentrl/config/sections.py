@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrl.cluster.remote_env import RaySettings  # the placement defaults' home
 from agentrl.errors import ConfigError
 from agentrl.errors import check_choice as _choice
-from agentrl.rollout.remote_env import RaySettings  # the placement defaults' home
 from agentrl.rollout.settings import RolloutConfig as RolloutConfig  # the one rollout settings class
 from agentrl.setting import setting
 from agentrl.train.mixture import MIXTURE_ID  # env.id of a run whose envs are listed in env.mixture
@@ -116,7 +116,7 @@ class EnvConfig:
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}",
                                   "or leave it unset for the env's registration")  # fmt: skip
-        from agentrl.rollout.remote_env import validate_placement
+        from agentrl.cluster.remote_env import validate_placement
 
         validate_placement(self, prefix)
 

@@ -146,10 +146,10 @@ def scripted_factory(spec: AgentSpec, suite: Suite) -> Callable[[Any, Job], Scri
 
 # --------------------------------------------------------------------------- model agents
 def ray_envs(suite: Suite, address: str, concurrency: int) -> dict[str, Any]:
-    """``--ray ADDRESS``: one pool of Ray env actors per part (``agentrl.rollout.remote_env``), sized
+    """``--ray ADDRESS``: one pool of Ray env actors per part (``agentrl.cluster.remote_env``), sized
     to the cluster for ``concurrency`` episodes at once before any actor is created (fitted, or
     refused at once: never a wait for actors that cannot be placed)."""
-    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+    from agentrl.cluster.remote_env import RayEnvs, RaySettings
 
     return {
         part.env_id: RayEnvs(

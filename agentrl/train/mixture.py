@@ -96,8 +96,8 @@ def validate_mixture(env: Any, prefix: str = "env", *, mixture_id: str = MIXTURE
                      per_entry: Sequence[str] = PER_ENTRY) -> None:  # fmt: skip
     """Every check of a mixture (``EnvConfig.validate`` calls it); a ConfigError names the entry
     (``env[1].weight``) and the fix."""
+    from agentrl.cluster.remote_env import validate_placement
     from agentrl.env import registered_ids
-    from agentrl.rollout.remote_env import validate_placement
 
     if not env.mixture:
         raise ConfigError(f"{prefix}.mixture", "is empty, but env.id says this run is a mixture",

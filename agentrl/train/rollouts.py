@@ -21,7 +21,7 @@ class Rollouts:
 
     def __init__(self, config: RunConfig, generator: Any, tokenizer: Any):
         import agentrl
-        from agentrl.rollout.remote_env import episode_envs
+        from agentrl.cluster.remote_env import episode_envs
 
         env_cfg = config.env
         budgets = {"max_turns": env_cfg.max_turns, "max_obs_chars": env_cfg.max_obs_chars}
@@ -56,7 +56,7 @@ class Rollouts:
     def _envs_for(self, max_turns: int | None) -> Any:
         """The episode envs with turn budget ``max_turns`` (a mixture's horizon curriculum), built once."""
         import agentrl
-        from agentrl.rollout.remote_env import episode_envs
+        from agentrl.cluster.remote_env import episode_envs
 
         if max_turns is None:
             return self.episode_env

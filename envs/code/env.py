@@ -80,6 +80,7 @@ class CodeEnv(TextEnv):
     # docs/guides/tree-rollouts.md for the measurement)
     fork_method = "replay"
     stateful_tools = ("python",)
+    shared_services = ("sandbox_pool",)  # with env.placement ray: one sandbox pool per node
 
     def __init__(
         self,

@@ -35,6 +35,7 @@ class GaiaBaseEnv(TextEnv):
     # the python interpreter's state is replayed into a sandbox of the fork's own (as the code env)
     fork_method = "replay"
     stateful_tools = ("python",)
+    shared_services = ("sandbox_pool",)  # with env.placement ray: one sandbox pool per node (python tool)
     #: Offer the sandboxed ``python`` tool (subclasses set these in ``__init__``).
     python: bool = False
     sandbox_backend: str = "auto"

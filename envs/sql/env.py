@@ -83,6 +83,7 @@ class SQLEnv(TextEnv):
     # the database is read-only, so the state is the episode's history: a fork copies it and leases
     # a sandbox of its own from the same pool (its database copy is made on its first query)
     fork_method = "history"
+    shared_services = ("sandbox_pool",)  # with env.placement ray: one sandbox pool per node
 
     def __init__(
         self,

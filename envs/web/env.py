@@ -57,6 +57,7 @@ class WebShopEnv(TextEnv):
     # the rest): a fork copies it over HTTP (POST /api/sessions/{sid}/fork) and holds the shared
     # server by a reference of its own
     fork_method = "session"
+    shared_services = ("shop",)  # with env.placement ray: one shop server per node (or cluster)
 
     def __init__(
         self,

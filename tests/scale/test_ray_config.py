@@ -44,7 +44,7 @@ def test_bad_ray_values_are_refused(override, field):
 
 def test_ray_settings_are_kept_as_given():
     pytest.importorskip("ray", reason="ray is not installed: pip install 'agentrl[ray]' (CI installs it)")
-    from agentrl.rollout.remote_env import RaySettings
+    from agentrl.cluster.remote_env import RaySettings
 
     config = load_config(
         None,
@@ -71,7 +71,7 @@ def test_placement_fits_the_cluster_before_any_actor_is_created():
     """`--ray local` on 2 cores with 4 episodes at once: 1 CPU per env cannot place them all, so the
     default is lowered to what fits; a value the user set is refused at once, naming what fits."""
     from agentrl.errors import ConfigError
-    from agentrl.rollout.remote_env import RaySettings, fit_placement
+    from agentrl.cluster.remote_env import RaySettings, fit_placement
 
     kept, line = fit_placement(_nodes(2), RaySettings(), concurrency=2)
     assert kept.num_cpus_per_env == 1.0 and "they fit" in line

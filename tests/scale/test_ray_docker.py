@@ -55,7 +55,7 @@ def _without_usage(episode, every_call_in_box: bool = True) -> dict:
 
 
 def _ray_envs(env_kwargs: dict, **settings):
-    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+    from agentrl.cluster.remote_env import RayEnvs, RaySettings
 
     return RayEnvs(ENV_ID, env_kwargs, RaySettings(num_cpus_per_env=0.25, call_timeout_s=90, **settings))
 
@@ -210,7 +210,7 @@ def test_sql_env_through_the_node_pool_gives_the_local_episodes(ray_cluster, tok
     interpreter: both go through the node's pool host and give the local episodes."""
     import agentrl
     from agentrl.envs.sql.oracle import SQLOracle
-    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+    from agentrl.cluster.remote_env import RayEnvs, RaySettings
     from agentrl.rollout.runner import RunStats, run_oracle_episodes
 
     env_id, kwargs = "agentrl/SQLChinook-v0", {"sandbox_backend": "docker", "pool_size": 2}

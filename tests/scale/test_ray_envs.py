@@ -47,7 +47,7 @@ def _canonical(episode) -> dict:
 
 
 def _ray_envs(**settings):
-    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+    from agentrl.cluster.remote_env import RayEnvs, RaySettings
 
     return RayEnvs(ENV_ID, ENV_KWARGS, RaySettings(**settings))
 
@@ -183,7 +183,7 @@ def test_a_slow_env_start_is_cut_by_the_start_limit_not_the_watchdog(ray_cluster
     """Starting a remote env (a new actor, the env built on it) is the "starting" phase: a 2 s
     watchdog does not cut an env that takes 6 s to build, env.ray_start_timeout_s does."""
     from agentrl.rollout.generators.scripted import ScriptedGenerator
-    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+    from agentrl.cluster.remote_env import RayEnvs, RaySettings
     from agentrl.rollout.runner import run_episodes
     from tests.rollout.test_agent import lookup_script
 
@@ -210,7 +210,7 @@ def test_a_slow_env_start_is_cut_by_the_start_limit_not_the_watchdog(ray_cluster
 
 def test_a_hung_remote_call_times_out_and_fails_only_its_episode(ray_cluster, tokenizer):
     from agentrl.rollout.generators.scripted import ScriptedGenerator
-    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+    from agentrl.cluster.remote_env import RayEnvs, RaySettings
     from agentrl.rollout.runner import run_episodes
     from tests.rollout.test_agent import lookup_script
 
@@ -233,7 +233,7 @@ def test_a_slow_remote_step_does_not_hold_the_run_past_the_watchdog(ray_cluster,
     import time
 
     from agentrl.rollout.generators.scripted import ScriptedGenerator
-    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+    from agentrl.cluster.remote_env import RayEnvs, RaySettings
     from agentrl.rollout.runner import run_episodes
     from tests.rollout.test_agent import lookup_script
 

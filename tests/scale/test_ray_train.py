@@ -63,7 +63,7 @@ def _assert_same_run(a, b) -> None:
 def kill_first_step_actor(monkeypatch):
     """Fault injection on the real path: the first remote ``step`` of a training episode (not the
     held-out eval's) SIGKILLs the env actor hosting it, then makes the call (which finds it dead)."""
-    from agentrl.rollout.remote_env import RemoteEnv
+    from agentrl.cluster.remote_env import RemoteEnv
 
     real_step = RemoteEnv.step
     killed: list[int] = []

@@ -30,7 +30,7 @@ def _tasks(n: int) -> list:
 @pytest.mark.parametrize("services", ["node", "cluster"])
 def test_webshop_envs_in_ray_actors_share_the_shop_and_equal_local(ray_cluster, tokenizer, services):
     import agentrl
-    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+    from agentrl.cluster.remote_env import RayEnvs, RaySettings
     from agentrl.rollout.runner import RunStats, run_oracle_episodes
 
     tasks = _tasks(4)

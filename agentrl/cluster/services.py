@@ -11,17 +11,21 @@ their own web-shop server. ``env.ray_services`` shares them instead:
   node's address (sandbox pools stay per node: a box lives on the machine whose engine runs it).
 * ``actor``: every env actor keeps its own pool and server (the layout before services existed).
 
-Which services an env needs is read from its constructor: ``sandbox_backend`` (code, SQL) means a
-sandbox pool, ``server_url`` (web shop) a shop server. Service actors take no CPU, are pinned to
-their node, are owned by the driver's :class:`~agentrl.rollout.remote_env.RayEnvs` pool (they end
-with it) and start when the first env actor of their node does. A box leased by an actor that dies
-goes back to its node's pool (scrubbed like any other).
+Which services an env needs, it declares (:attr:`agentrl.env.TextEnv.shared_services`, one of
+:data:`SERVICES` each): ``sandbox_pool`` (code, SQL, GAIA: its tools lease boxes through
+``tools.python.shared_pool``) or ``shop`` (the web shop: it takes ``server_url``, and its ``seed``,
+``n_products``, ``data_dir`` and ``backend`` kwargs configure the shared server; a ``server_url``
+given keeps the env on that shop). Nothing here reads an env's constructor.
+
+Service actors take no CPU, are pinned to their node, are owned by the driver's
+:class:`~agentrl.cluster.remote_env.RayEnvs` pool (they end with it) and start when the first env
+actor of their node does. A box leased by an actor that dies goes back to its node's pool (scrubbed
+like any other).
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import itertools
 import logging
 import os
@@ -29,17 +33,20 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from agentrl.errors import ConfigError, SandboxError, SandboxLost
+from agentrl.errors import ConfigError, EnvError, SandboxError, SandboxLost
 
 log = logging.getLogger("agentrl.rollout")
 
 SCOPES = ("node", "cluster", "actor")
+SERVICES = ("sandbox_pool", "shop")  # what an env may declare in TextEnv.shared_services
+SHOP_SETTINGS = ("seed", "n_products", "data_dir", "backend")  # a shop env's kwargs the shared server takes
 SANDBOX_METHODS = ("exec", "run_python", "put_file", "get_file", "inspect", "ping")
 SERVICE_CONCURRENCY = 256  # blocking sandbox calls of every env on the node run side by side
 
 
 def env_needs(env: str | Callable[[], Any], env_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The shared services an env id needs: ``{"sandbox_pool": bool, "shop": settings or None}``.
+    """The shared services an env id needs: ``{"sandbox_pool": bool, "shop": settings or None}``, from
+    what its class declares (:attr:`agentrl.env.TextEnv.shared_services`).
 
     A factory (not a registered id) gets none: its envs keep their own pools and servers.
     """
@@ -52,11 +59,16 @@ def env_needs(env: str | Callable[[], Any], env_kwargs: dict[str, Any]) -> dict[
 
     spec = gym.spec(env)
     defaults = {**spec.kwargs, **env_kwargs}
-    params = inspect.signature(load_entry_point(spec.kwargs["entry_point"])).parameters
+    cls = load_entry_point(spec.kwargs["entry_point"])
+    declared = tuple(getattr(cls, "shared_services", ()))
+    unknown = [name for name in declared if name not in SERVICES]
+    if unknown:
+        raise EnvError(f"{cls.__name__}.shared_services names {unknown}, not a shared service "
+                       f"(one of {', '.join(SERVICES)})")  # fmt: skip
     shop = None
-    if "server_url" in params and not defaults.get("server_url"):
-        shop = {k: defaults[k] for k in ("seed", "n_products", "data_dir", "backend") if k in defaults}
-    return {"sandbox_pool": "sandbox_backend" in params, "shop": shop}
+    if "shop" in declared and not defaults.get("server_url"):
+        shop = {k: defaults[k] for k in SHOP_SETTINGS if k in defaults}
+    return {"sandbox_pool": "sandbox_pool" in declared, "shop": shop}
 
 
 # ---------------------------------------------------------------------------------- actor bodies
