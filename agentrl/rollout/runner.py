@@ -481,6 +481,14 @@ class Runner:
 LOCKSTEP_WAIT_S = 60.0
 
 
+#: the Runner's keyword arguments that :func:`run_episodes` passes on (its other keywords are rollout settings)
+RUNNER_OPTIONS = tuple(
+    p.name
+    for p in inspect.signature(Runner.__init__).parameters.values()
+    if p.kind is p.KEYWORD_ONLY and p.name not in ("generator", "config")
+)
+
+
 def lockstep_mode(lockstep: bool | None, generator: Any) -> tuple[bool, float | None]:
     """``(lockstep, wait limit)`` for a run. A row's floats depend on which prompts share its decode
     batch (~1e-5 in a log-prob; enough to flip a near-tie sample), so with an in-process generator
@@ -606,19 +614,11 @@ def run_episodes(
     tokenizer: Any,
     config: RolloutConfig | None = None,
     *,
-    policy_factory: Callable[[], SamplingPolicy] | None = None,
     seeds: Sequence[int | None] | None = None,
     seed: int = 0,
     out_path: str | Path | None = None,
-    policy_version: int = 0,
     stats: RunStats | None = None,
-    judge: process_rewards.ScopeJudge | None = None,
-    progress: bool | None = None,
-    on_episode: Callable[[Episode], None] | None = None,
-    env_kwargs: dict[str, Any] | None = None,
-    lockstep: bool | None = None,
-    timeout_setting: str = "rollout.episode_timeout_s",
-    **overrides: Any,
+    **options: Any,
 ) -> list[Episode]:
     """Run episodes for ``tasks`` (Task, dict, task id, or None for a seeded random task).
 
@@ -629,34 +629,22 @@ def run_episodes(
         tokenizer: the model's tokenizer (chat template, bridge ids).
         config: the rollout settings (:class:`~agentrl.rollout.settings.RolloutConfig`; None: its
             defaults, as a YAML file without a ``rollout:`` section: group_size 4).
-        policy_factory: builds one policy per episode (e.g. ``lambda: OraclePolicy(MyOracle(), tok)``).
         seeds: per-task reset seeds (default ``seed + job index``).
         out_path: stream finished episodes to this ``.jsonl`` (or ``.parquet`` at the end).
         stats: a :class:`RunStats` to fill (throughput, generator idle share, failures).
-        judge: a custom branch-scope judge for FoldGRPO's out-of-scope penalty (folding=branch).
-        progress, on_episode, env_kwargs, lockstep, timeout_setting: see :class:`Runner`.
-        **overrides: rollout settings to change for this call (``group_size=``, ``temperature=`` ...).
+        **options: the :class:`Runner`'s keyword arguments (:data:`RUNNER_OPTIONS`: policy_factory,
+            e.g. ``lambda: OraclePolicy(MyOracle(), tok)``, policy_version, judge, progress,
+            on_episode, env_kwargs, lockstep, timeout_setting; defined there once), and rollout
+            settings to change for this call (``group_size=``, ``temperature=`` ...).
 
     Returns:
         Episodes in task-major order; failed ones have ``error`` set and no segments.
     """
+    runner_options = {name: options.pop(name) for name in RUNNER_OPTIONS if name in options}
     settings = config or RolloutConfig()
-    if overrides:
-        settings = replace(settings, **overrides)
-    runner = Runner(
-        env,
-        tokenizer,
-        generator=generator,
-        policy_factory=policy_factory,
-        config=settings,
-        policy_version=policy_version,
-        judge=judge,
-        progress=progress,
-        on_episode=on_episode,
-        env_kwargs=env_kwargs,
-        lockstep=lockstep,
-        timeout_setting=timeout_setting,
-    )
+    if options:  # what is left: rollout settings
+        settings = replace(settings, **options)
+    runner = Runner(env, tokenizer, generator=generator, config=settings, **runner_options)
     episodes = runner.run(tasks, seeds=seeds, seed=seed, out_path=out_path)
     if stats is not None:
         stats.__dict__.update(runner.stats.__dict__)

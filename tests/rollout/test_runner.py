@@ -281,3 +281,20 @@ def test_waiting_counts_the_call_in_flight_once():
     progress.generate_s += 2.0  # the call returned: EpisodeRun adds it and leaves "generate"
     progress.touch("between")
     assert progress.waiting_s(progress.last_progress + 5.0) == pytest.approx(3.0)
+
+
+def test_run_episodes_passes_the_runners_options_on_and_the_rest_are_rollout_settings(tokenizer):
+    """run_episodes' extra keywords: the Runner's own (defined once, on Runner) go to it, the others
+    change rollout settings; no name may be both (it would not reach the setting)."""
+    import dataclasses
+
+    from agentrl.rollout.runner import RUNNER_OPTIONS
+
+    assert not set(RUNNER_OPTIONS) & {f.name for f in dataclasses.fields(RolloutConfig)}
+    assert {"policy_factory", "on_episode", "env_kwargs", "lockstep", "timeout_setting"} <= set(RUNNER_OPTIONS)
+    seen = []
+    episodes = run_episodes(make_lookup_env, ["k1"], ScriptedGenerator(tokenizer, lookup_script), tokenizer,
+                            _config(), on_episode=seen.append, policy_version=3, group_size=2)  # fmt: skip
+    assert len(episodes) == len(seen) == 2 and {e.policy_version for e in episodes} == {3}
+    with pytest.raises(TypeError, match="group_sise"):  # neither an option nor a setting
+        run_episodes(make_lookup_env, ["k1"], None, tokenizer, _config(), group_sise=2)
