@@ -88,7 +88,7 @@ def step_rows(tokenizer, quick: bool) -> list[Row]:
     """Per-step overhead of a remote Search-v0 env vs a local one, same run."""
     import ray
 
-    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+    from agentrl.cluster.remote_env import RayEnvs, RaySettings
 
     n = 12 if quick else 48
     probe = agentrl.make(ENV_ID, **ENV_KWARGS)
@@ -147,7 +147,7 @@ def sandbox_rows(tokenizer, quick: bool) -> list[Row]:
     """Code-v0 with Docker sandboxes: episodes/s on 1 vs 2 simulated nodes (node pools) and local."""
     import ray
 
-    from agentrl.rollout.remote_env import RayEnvs, RaySettings
+    from agentrl.cluster.remote_env import RayEnvs, RaySettings
 
     n, concurrency = (8, 4) if quick else (24, 4)
     probe = agentrl.make(CODE_ID, **CODE_KWARGS)
