@@ -12,7 +12,9 @@ from agentrl.rollout.generators.base import SamplingParams
 from agentrl.rollout.generators.head import last_logits, packed_head_for
 from agentrl.rollout.generators.hf import HFGenerator
 
-pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
+pytestmark = pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build"
+)
 
 
 def test_packed_logits_are_the_models_own(tiny, tokenizer):
@@ -54,8 +56,13 @@ def test_sampling_with_and_without_the_packed_head_agrees(tiny, tokenizer):
     """Greedy ids and sampled log-probs through the generator, prepacked head or not."""
     packed, plain = HFGenerator(tiny, tokenizer), HFGenerator(tiny, tokenizer)
     plain.head = None
-    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in ("hi there", "a longer prompt than that")]
-    for sampling in (SamplingParams(max_new_tokens=8, temperature=0.0), SamplingParams(max_new_tokens=8, seed=3)):
+    prompts = [
+        tokenizer.encode(t, add_special_tokens=False) for t in ("hi there", "a longer prompt than that")
+    ]
+    for sampling in (
+        SamplingParams(max_new_tokens=8, temperature=0.0),
+        SamplingParams(max_new_tokens=8, seed=3),
+    ):
         for a, b in zip(packed.generate(prompts, sampling), plain.generate(prompts, sampling), strict=True):
             assert a.ids == b.ids
             assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4

@@ -28,12 +28,11 @@ from agentrl.rollout.generators.head import last_logits, packed_head_for
 from agentrl.rollout.generators.kv_cache import PrefixCache, left_padded_cache, roomy_cache
 from agentrl.rollout.generators.sampling import sample_next, top_pairs
 
-
-#: Prompts whose suffix past a cached prefix is at most this many tokens are prefilled together, in one forward
-#: over the batch (a tree branch's last observation, a short tool result): alone, each such forward
-#: reads every weight for a few tokens (~0.12 s a row for SmolLM2 on 2 CPU cores, whatever the
-#: suffix). Longer suffixes are prefilled one row at a time, so a later row of the same wave (a
-#: group's shared first prompt) reuses an earlier row's K/V at once.
+#: Prompts whose suffix past a cached prefix is at most this many tokens are prefilled together, in
+#: one forward over the batch (a tree branch's last observation, a short tool result): alone, each
+#: such forward reads every weight for a few tokens (~0.12 s a row for SmolLM2 on 2 CPU cores,
+#: whatever the suffix). Longer suffixes are prefilled one row at a time, so a later row of the same
+#: wave (a group's shared first prompt) reuses an earlier row's K/V at once.
 SHORT_SUFFIX = 64
 
 
