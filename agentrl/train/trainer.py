@@ -148,6 +148,11 @@ class Trainer:
         generator = make_generator_for(config, policy, tokenizer)
         rollouts = make_rollouts(config, generator, tokenizer)
         progress.print(batching_line(generator, rollouts.run_options["lockstep"]))
+        tree = 1 + config.rollout.branches
+        if config.rollout.branches and tree > config.train.micro_batch_size:  # update.row_chunks keeps a tree whole
+            progress.print(f"learner: RL micro-batches are whole trees of {tree} episodes (their shared prefix runs "
+                           f"once), above train.micro_batch_size={config.train.micro_batch_size}, which applies to "
+                           "the warm-up and to scoring")  # fmt: skip
         for line in mixture_lines(config, rollouts) if config.env.mixture else ():
             progress.print(line)
         logger = MetricsLogger(out_dir, enabled=rank0, wandb=config.train.wandb, run_config=to_dict(config),
