@@ -6,10 +6,14 @@ tokens is prefilled in one forward into the generator's own cache (``roomy_cache
 tokens/s with a rollout's to see how much of a rollout step is the model and how much the loop.
 ``--head`` adds the decode step with the LM head prepacked for oneDNN (what the generator uses on
 CPU, :mod:`agentrl.rollout.generators.head`) and the head's product alone, ``F.linear`` vs prepacked.
+``--shared`` runs the generator itself on a tree-like batch (``--batch`` rows repeating ``--prompts``
+distinct prompts of ``--context`` tokens, each cached by an earlier turn): each prompt's K/V copied
+per row vs held once (:mod:`agentrl.rollout.generators.batch_rows`), decode step and peak RSS growth.
 
     python benchmarks/bench_decode.py                  # batch 32 x 640 tokens, 20 steps (the quickstart's tree answer turn)
     python benchmarks/bench_decode.py --batch 16 --bf16
     python benchmarks/bench_decode.py --batch 16 --head
+    python benchmarks/bench_decode.py --batch 16 --shared --prompts 2
     python benchmarks/bench_decode.py --quick          # batch 2 x 32 tokens, 2 steps
 """
 
@@ -70,6 +74,53 @@ def head_rows(model, args, base_decode: float) -> list[Row]:
     return rows
 
 
+def shared_rows(model, tokenizer, args) -> list[Row]:
+    """The generator's decode step on ``args.batch`` rows repeating ``args.prompts`` cached prompts,
+    with each prompt's K/V copied per row and held once; a fresh process per layout, so each peak
+    RSS growth is its own."""
+    import json
+    import subprocess
+
+    rows: list[Row] = []
+    base = None
+    for share in (False, True):
+        code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_decode as b; "
+                f"b.shared_case({args.batch}, {args.prompts}, {args.context}, {args.steps}, {share})")  # fmt: skip
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        result = json.loads(out.strip().splitlines()[-1])
+        name = "held once" if share else "copied per row"
+        shape = f"{args.batch} rows, {args.prompts} prompts x {args.context}"
+        rows.append(Row(f"generator decode step, {shape}, K/V {name}", result["step_ms"], "ms",
+                        baseline="copied per row" if share else None, baseline_value=base if share else None,
+                        note=f"peak RSS +{result['peak_gib']:.2f} GiB"))  # fmt: skip
+        base = base or result["step_ms"]
+    return rows
+
+
+def shared_case(batch: int, prompts: int, context: int, steps: int, share: bool) -> None:
+    """Runs in a subprocess: prints ``{"step_ms", "peak_gib"}`` of one timed generate call."""
+    import json
+
+    from agentrl.rollout.generators.base import SamplingParams
+    from agentrl.rollout.generators.hf import HFGenerator
+    from agentrl.train.memory import peak_rss_gib, release_heap, reset_peak
+
+    model, tokenizer = load_model("smollm2-135m")
+    gen = HFGenerator(model, tokenizer, max_batch_size=batch, prefix_cache_tokens=1 << 16, share_prompts=share)
+    rng = torch.Generator().manual_seed(0)
+    distinct = [torch.randint(100, 20000, (context,), generator=rng).tolist() for _ in range(prompts)]
+    sampling = SamplingParams(max_new_tokens=steps, temperature=0.0, stop_ids=())
+    gen.generate(distinct, SamplingParams(max_new_tokens=2, temperature=0.0))  # an earlier turn caches them
+    wave = [distinct[i * prompts // batch] for i in range(batch)]
+    release_heap()
+    reset_peak()
+    before = peak_rss_gib() or 0.0
+    out = gen.generate(wave, sampling)[0]
+    fed = max(len(out.ids) - 1, 1)
+    step_ms = (out.timings["generate_s"] - out.timings["prefill_s"]) / fed * 1000
+    print(json.dumps({"step_ms": step_ms, "peak_gib": (peak_rss_gib() or 0.0) - before}))
+
+
 def timed(fn, repeats: int) -> float:
     fn()
     start = time.perf_counter()
@@ -85,10 +136,12 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--bf16", action="store_true", help="also under bfloat16 autocast")
     p.add_argument("--head", action="store_true", help="also with the prepacked LM head, and the head alone")
+    p.add_argument("--shared", action="store_true", help="also the generator on rows repeating cached prompts")
+    p.add_argument("--prompts", type=int, default=2, help="distinct prompts among the rows (--shared)")
     args = p.parse_args()
     if args.quick:
-        args.batch, args.context, args.steps = 2, 32, 2
-    model, _ = load_model("smollm2-135m")
+        args.batch, args.context, args.steps, args.prompts = 2, 32, 2, 1
+    model, tokenizer = load_model("smollm2-135m")
     rows: list[Row] = []
     base_decode = None
     for bf16 in (False, True) if args.bf16 else (False,):
@@ -102,6 +155,8 @@ def main() -> None:
         base_decode = base_decode or step * 1000
     if args.head or args.quick:  # quick: so CI runs the head rows too
         rows += head_rows(model, args, base_decode)
+    if args.shared or args.quick:
+        rows += shared_rows(model, tokenizer, args)
     print_table(rows, f"decode, {torch.get_num_threads()} threads")
     write_json(args.json_path, "decode", rows, args.quick)
 

@@ -28,9 +28,9 @@ def chunk_rows_for(vocab: int, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> 
 
 def _chunk_logits(hidden: Tensor, weight: Tensor, temperature: float) -> Tensor:
     # matmul in the model dtype (no fp32 copy of a large LM head), softmax maths in fp32
-    logits = (hidden @ weight.t()).float()  # [n, V]
+    logits = (hidden @ weight.t()).float()  # [n, V], a fresh buffer
     if temperature != 1.0:
-        logits = logits / temperature
+        logits /= temperature
     return logits
 
 
@@ -45,13 +45,14 @@ class ChunkedLogprobEntropy(torch.autograd.Function):
         lse = torch.empty_like(logp)  # [N]
         for start in range(0, n_rows, chunk_rows):
             stop = min(start + chunk_rows, n_rows)
-            logits = _chunk_logits(hidden[start:stop], weight, temperature)  # [n, V]
-            chunk_lse = torch.logsumexp(logits, dim=-1)  # [n]
-            probs = torch.exp(logits - chunk_lse[:, None])  # [n, V]
+            log_probs = _chunk_logits(hidden[start:stop], weight, temperature)  # [n, V], logits for now
+            chunk_lse = torch.logsumexp(log_probs, dim=-1)  # [n]
+            log_probs -= chunk_lse[:, None]  # in place: two [n, V] buffers at most
             lse[start:stop] = chunk_lse
-            logp[start:stop] = logits.gather(1, targets[start:stop, None]).squeeze(1) - chunk_lse
-            entropy[start:stop] = chunk_lse - (probs * logits).sum(-1)
-            del logits, probs
+            logp[start:stop] = log_probs.gather(1, targets[start:stop, None]).squeeze(1)
+            probs = torch.exp(log_probs)  # [n, V]
+            entropy[start:stop] = -probs.mul_(log_probs).sum(-1)
+            del log_probs, probs
         ctx.save_for_backward(hidden, weight, targets, lse, entropy)
         ctx.temperature = temperature
         ctx.chunk_rows = chunk_rows
@@ -67,17 +68,26 @@ class ChunkedLogprobEntropy(torch.autograd.Function):
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
         for start in range(0, n_rows, chunk_rows):
             stop = min(start + chunk_rows, n_rows)
-            logits = _chunk_logits(hidden[start:stop], weight, temperature)  # [n, V]
-            log_probs = logits - lse[start:stop, None]  # [n, V]
-            probs = torch.exp(log_probs)  # [n, V]
-            grad_z = torch.zeros_like(logits)  # [n, V]
-            if grad_logp is not None:
-                g = grad_logp[start:stop].float()  # [n]
-                grad_z -= probs * g[:, None]
-                grad_z.scatter_add_(1, targets[start:stop, None], g[:, None])
+            # d/dz of (g_logp * logp_target + g_ent * H): g_logp * onehot - p * (g_logp + g_ent * (log p + H)),
+            # built in place in the logits' buffer: two [n, V] buffers at most
+            grad_z = _chunk_logits(hidden[start:stop], weight, temperature)  # [n, V], logits for now
+            grad_z -= lse[start:stop, None]  # log p
+            probs = torch.exp(grad_z)  # [n, V]
+            g_logp = grad_logp[start:stop].float() if grad_logp is not None else None  # [n]
             if grad_entropy is not None:
-                g = grad_entropy[start:stop].float()  # [n]
-                grad_z -= probs * (log_probs + entropy[start:stop, None]) * g[:, None]
+                grad_z += entropy[start:stop, None]
+                grad_z *= grad_entropy[start:stop].float()[:, None]
+                if g_logp is not None:
+                    grad_z += g_logp[:, None]
+            elif g_logp is not None:
+                grad_z.copy_(g_logp[:, None].expand_as(grad_z))
+            else:
+                grad_z.zero_()
+            grad_z *= probs
+            grad_z.neg_()
+            del probs
+            if g_logp is not None:
+                grad_z.scatter_add_(1, targets[start:stop, None], g_logp[:, None])
             if temperature != 1.0:
                 grad_z /= temperature
             grad_z = grad_z.to(weight.dtype)
@@ -85,7 +95,7 @@ class ChunkedLogprobEntropy(torch.autograd.Function):
                 grad_hidden[start:stop] = (grad_z @ weight).to(hidden.dtype)
             if need_w:
                 grad_weight += (grad_z.t() @ hidden[start:stop]).float()
-            del logits, log_probs, probs, grad_z
+            del grad_z
         if grad_weight is not None:
             grad_weight = grad_weight.to(weight.dtype)
         return grad_hidden, grad_weight, None, None, None

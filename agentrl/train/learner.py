@@ -99,13 +99,18 @@ class Policy(nn.Module):
 
     #: A shared prefix shorter than this is not worth a separate pass.
     min_shared_prefix: int = 32
+    #: Tails attend to the shared prefix held once (False: the prefix's cache is copied per row).
+    prefix_attention: bool = True
 
     def hidden_states(self, model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """Final (normed) hidden states ``[B, L, H]`` of ``model``'s decoder.
 
-        Rows of one batch usually start with the same system prompt and tool list. That common
-        prefix runs once (batch 1) and its key/value cache is repeated for every row; gradients
-        flow back through the repeat, so the result is the same as the plain batched pass.
+        Rows of one batch usually start with the same system prompt and tool list (the rows of a
+        tree share everything before their branch point). That common prefix runs once (batch 1);
+        the rows' tails then attend to its keys and values held once, without a copy per row
+        (:mod:`agentrl.kernels.prefix_attention`). Gradients reach the prefix through both paths,
+        so the result is the same as the plain batched pass. Models whose attention layers do not
+        take a ``transformers`` attention function repeat the prefix's cache for every row instead.
         """
         decoder = model.get_decoder()
         prefix = shared_prefix_length(input_ids, attention_mask)
@@ -114,19 +119,31 @@ class Policy(nn.Module):
             return out.last_hidden_state
         from transformers import DynamicCache
 
+        from agentrl.kernels import prefix_attention
+
         batch, length = input_ids.shape
         cache = DynamicCache()
         head = decoder(input_ids=input_ids[:1, :prefix], past_key_values=cache, use_cache=True)
-        cache.batch_repeat_interleave(batch)
         positions = torch.arange(prefix, length, device=input_ids.device)
-        tail = decoder(
-            input_ids=input_ids[:, prefix:],
-            attention_mask=attention_mask,
-            past_key_values=cache,
-            position_ids=positions[None, :].expand(batch, -1),
-            cache_position=positions,
-            use_cache=True,
-        )
+        if self.prefix_attention and prefix_attention.supported(decoder):
+            with prefix_attention.shared_prefix_attention(decoder):
+                tail = decoder(
+                    input_ids=input_ids[:, prefix:],
+                    attention_mask=prefix_attention.tail_mask(attention_mask, prefix),
+                    position_ids=positions[None, :].expand(batch, -1),
+                    use_cache=False,
+                    shared_prefix=prefix_attention.Prefixes.of_cache(cache, batch),
+                )
+        else:
+            cache.batch_repeat_interleave(batch)
+            tail = decoder(
+                input_ids=input_ids[:, prefix:],
+                attention_mask=attention_mask,
+                past_key_values=cache,
+                position_ids=positions[None, :].expand(batch, -1),
+                cache_position=positions,
+                use_cache=True,
+            )
         return torch.cat([head.last_hidden_state.expand(batch, -1, -1), tail.last_hidden_state], dim=1)
 
     def _outputs(

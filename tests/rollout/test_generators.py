@@ -343,3 +343,50 @@ def test_short_suffixes_after_a_cached_prefix_prefill_together(tiny, tokenizer):
         assert out.ids == ref.ids
         assert max(abs(a - b) for a, b in zip(out.logprobs, ref.logprobs, strict=True)) < 1e-4
     assert cached.prefix_cache.hits - hits == 4  # every row but the uncached one reused its prefix
+
+
+def test_rows_repeating_a_prompt_share_its_kv_and_sample_as_alone(tiny, tokenizer):
+    """A tree's branches: rows that repeat a prompt (one prompt cached by an earlier turn, one new)
+    decode over each prompt's K/V held once. Seeded rows sample what they sample in a batch that
+    copies the K/V per row and with no cache at all, rows that stop leave the batch, and each row's
+    K/V (prompt + its own tokens) is cached for its next turn."""
+    rng = random.Random(3)
+    root = [rng.randrange(100, 20_000) for _ in range(40)]
+    fresh = [rng.randrange(100, 20_000) for _ in range(25)]
+    shared = HFGenerator(tiny, tokenizer, prefix_cache_tokens=10_000)
+    copied = HFGenerator(tiny, tokenizer, prefix_cache_tokens=10_000, share_prompts=False)
+    plain = HFGenerator(tiny, tokenizer, prefix_cache_tokens=0)
+    free = SamplingParams(max_new_tokens=8, temperature=1.0, stop_ids=())
+    first = shared.generate([root], free, seeds=[7])[0]
+    copied.generate([root], free, seeds=[7])
+    grown = root + first.ids + [rng.randrange(100, 20_000) for _ in range(4)]  # a branch point
+    prompts = [grown] * 5 + [fresh] * 3  # two trees' branches in one wave
+    seeds = list(range(100, 108))
+    outs = {name: gen.generate(prompts, free, seeds=seeds) for name, gen in
+            (("shared", shared), ("copied", copied), ("plain", plain))}  # fmt: skip
+    assert {o.timings["shared_prompts"] for o in outs["shared"]} == {1.0}
+    assert {o.timings["shared_prompts"] for o in outs["copied"] + outs["plain"]} == {0.0}
+    assert len({tuple(o.ids) for o in outs["shared"][:5]}) > 1  # the branches differ
+    for ref in ("copied", "plain"):
+        for out, other in zip(outs["shared"], outs[ref], strict=True):
+            assert out.ids == other.ids
+            assert max(abs(a - b) for a, b in zip(out.logprobs, other.logprobs, strict=True)) < 1e-4
+    # rows that stop early leave the shared batch; the others sample as before
+    stops = tuple({o.ids[1] for o in outs["plain"][:2]})
+    stopping = SamplingParams(max_new_tokens=8, temperature=1.0, stop_ids=stops)
+    a, b = shared.generate(prompts, stopping, seeds=seeds), plain.generate(prompts, stopping, seeds=seeds)
+    assert min(len(o.ids) for o in a) <= 2 and max(len(o.ids) for o in a) == 8
+    for out, ref in zip(a, b, strict=True):
+        assert out.ids == ref.ids and out.finish_reason == ref.finish_reason
+        assert max(abs(x - y) for x, y in zip(out.logprobs, ref.logprobs, strict=True)) < 1e-4
+    # each row's next turn reuses its own prompt + tokens from the cache
+    bridge = tokenizer.encode(" and then", add_special_tokens=False)
+    nxt = [p + o.ids + bridge for p, o in zip(prompts, a, strict=True)]
+    hits, reused = shared.prefix_cache.hits, shared.prefix_cache.reused_tokens
+    later = shared.generate(nxt, SamplingParams(max_new_tokens=4, temperature=0.0, stop_ids=()))
+    for out, ref in zip(later, plain.generate(nxt, SamplingParams(max_new_tokens=4, temperature=0.0, stop_ids=())), strict=True):  # fmt: skip
+        assert out.ids == ref.ids
+    assert shared.prefix_cache.hits - hits == len(nxt)
+    # at least its own prompt + tokens but the last (a row repeating an earlier row's ids reuses more)
+    own = sum(len(p) + len(o.ids) - 1 for p, o in zip(prompts, a, strict=True))
+    assert own <= shared.prefix_cache.reused_tokens - reused <= own + len(nxt) * len(bridge)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from train_helpers import GradCapture, config, episodes, step_data, tiny_lm
+from train_helpers import VOCAB, GradCapture, config, episodes, step_data, tiny_lm
 
 from agentrl.train.engines import TorchEngine
 from agentrl.train.learner import Policy, build_policy
@@ -151,8 +151,21 @@ def test_gae_without_critic_names_the_fix():
         compute_advantages(step_data(engine, episodes(), cfg))
 
 
-def test_shared_prefix_pass_equals_plain_pass():
-    """Rows with a common system prompt: the prefix-once path gives the same values and gradients."""
+class _Vocab:
+    """What :func:`agentrl.rollout.model.tiny_model` reads of a tokenizer."""
+
+    bos_token_id, eos_token_id, pad_token_id = 1, 2, 0
+
+    def __len__(self) -> int:
+        return VOCAB
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_shared_prefix_pass_equals_plain_pass(arch, monkeypatch):
+    """Rows with a common system prompt: the prefix-once paths (the prefix's K/V attended once, or
+    copied per row) give the plain pass's values and gradients, grouped-query heads included."""
+    from agentrl.kernels import prefix_attention
+    from agentrl.rollout.model import tiny_model
     from agentrl.train.learner import shared_prefix_length
 
     eps = episodes(n_groups=2, group_size=3, seed=4)
@@ -161,21 +174,32 @@ def test_shared_prefix_pass_equals_plain_pass():
         ep.segments[0].prompt_ids = common + ep.segments[0].prompt_ids
     tokens = build_batch(eps)
     assert shared_prefix_length(tokens.input_ids, tokens.attention_mask) >= 40
+    assert tokens.attention_mask.sum(1).unique().numel() > 1  # rows of different lengths: padded tails
+    calls = []
+    attend = prefix_attention.attend
+    monkeypatch.setattr(prefix_attention, "attend", lambda *a, **k: calls.append(1) or attend(*a, **k))
+    monkeypatch.setattr(prefix_attention, "_registered", False)  # re-register the counting function
     results = []
-    for min_prefix in (10**9, 32):
+    for min_prefix, shared in ((10**9, True), (32, False), (32, True)):
         torch.manual_seed(0)  # the value head is initialised from the global RNG
-        policy = Policy(tiny_lm(seed=2), critic=True)
-        policy.min_shared_prefix = min_prefix
+        lm = tiny_lm(seed=2) if arch == "llama" else tiny_model(_Vocab(), hidden=64, seed=2, arch="qwen2")
+        config = lm.config
+        assert config.num_attention_heads > config.num_key_value_heads  # grouped queries
+        policy = Policy(lm, critic=True)
+        policy.min_shared_prefix, policy.prefix_attention = min_prefix, shared
         out = policy(tokens.input_ids, tokens.attention_mask, tokens.loss_mask)
         (out.logp.sum() + out.entropy.sum() + out.values.sum()).backward()
         results.append(
             (out.logp.detach(), out.entropy.detach(), [p.grad.clone() for p in policy.parameters()])
         )
-    (lp_a, ent_a, g_a), (lp_b, ent_b, g_b) = results
-    torch.testing.assert_close(lp_b, lp_a, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(ent_b, ent_a, rtol=1e-5, atol=1e-5)
-    for a, b in zip(g_a, g_b, strict=True):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+        assert lm.config._attn_implementation != prefix_attention.NAME  # restored after the pass
+    assert len(calls) == config.num_hidden_layers  # only the last pass attended to the prefix held once
+    lp_a, ent_a, g_a = results[0]
+    for lp_b, ent_b, g_b in results[1:]:
+        torch.testing.assert_close(lp_b, lp_a, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ent_b, ent_a, rtol=1e-5, atol=1e-5)
+        for a, b in zip(g_a, g_b, strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
 
 
 def test_bf16_autocast_runs_the_blocks_in_bf16_and_keeps_float32_outputs_and_grads():

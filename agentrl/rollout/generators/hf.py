@@ -24,6 +24,7 @@ from agentrl.rollout.generators.base import (
     check_prompts,
     derive_seed,
 )
+from agentrl.rollout.generators.batch_rows import PaddedRows, SharedPromptRows, decode_rows
 from agentrl.rollout.generators.head import last_logits, packed_head_for
 from agentrl.rollout.generators.kv_cache import PrefixCache, left_padded_cache, roomy_cache
 from agentrl.rollout.generators.sampling import sample_next, top_pairs
@@ -88,6 +89,7 @@ class HFGenerator(Generator):
         score_batch_size: int = 8,
         seed: int = 0,
         prefix_cache_tokens: int = 65536,
+        share_prompts: bool = True,
     ):
         """Args:
         max_batch_size: rows decoded together; larger requests are split.
@@ -95,6 +97,9 @@ class HFGenerator(Generator):
         seed: seed of the shared sampling RNG, used by rows without a seed of their own (see
             :meth:`generate`).
         prefix_cache_tokens: K/V tokens kept for prefix reuse across turns (0 disables).
+        share_prompts: a batch whose rows repeat prompts (a tree's branches) holds and reads each
+            prompt's K/V once (:class:`~agentrl.rollout.generators.batch_rows.SharedPromptRows`;
+            needs the prefix cache); False copies it per row.
         """
         self.model = model
         self.tokenizer = tokenizer
@@ -112,6 +117,7 @@ class HFGenerator(Generator):
         self._lock = threading.Lock()
         # 0 disables; SmolLM2 keeps ~46 KB of fp32 K/V per token
         self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
+        self.share_prompts = share_prompts
         self.head = packed_head_for(model)  # the LM head prepacked on CPU (head.py); None: the model's forward
 
     @property
@@ -179,21 +185,9 @@ class HFGenerator(Generator):
         device = self.device
         stop = torch.tensor(sorted(self.stop_ids | set(sampling.stop_ids)), device=device)
         batch = len(prompts)
-        room = sampling.max_new_tokens
-        if self.prefix_cache is not None:
-            cache, logits, attention, pads = self._prefill_with_prefix_cache(prompts, room)
-        else:
-            input_ids, attention = left_pad(prompts, self.pad_id, device)  # [B, L]
-            pads = [input_ids.shape[1] - len(p) for p in prompts]
-            cache = roomy_cache(room)
-            logits = self._logits(
-                input_ids=input_ids,
-                attention_mask=attention,
-                position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
-                past_key_values=cache,
-            )
+        state = decode_rows(self, prompts, sampling.max_new_tokens)
+        logits = state.logits
         prefill_s = time.perf_counter() - t0
-        last_pos = (attention.cumsum(-1) - 1).clamp(min=0)[:, -1:]  # [B, 1]
         ids: list[list[int]] = [[] for _ in range(batch)]
         logps: list[list[float]] = [[] for _ in range(batch)]
         ents: list[list[float]] = [[] for _ in range(batch)]
@@ -222,26 +216,19 @@ class HFGenerator(Generator):
                 break
             if sum(finished) * 4 >= len(rows):  # drop the stopped rows
                 keep = [r for r in range(len(rows)) if not finished[r]]
-                self._store_rows(
-                    cache, [(r, rows[r]) for r in range(len(rows)) if finished[r]], prompts, ids, pads
-                )
+                self._store_rows(state, [(r, rows[r]) for r in range(len(rows)) if finished[r]], prompts, ids)
                 index = torch.tensor(keep, device=device)
-                cache.batch_select_indices(index)
-                attention, last_pos, tokens = attention[index], last_pos[index], tokens[index]
+                state.keep(index)
+                tokens = tokens[index]
                 rows, finished = [rows[r] for r in keep], [False] * len(keep)
             feed = torch.where(
                 torch.tensor(finished, device=device), torch.full_like(tokens, self.pad_id), tokens
             )
-            attention = torch.cat(
-                [attention, torch.ones((len(rows), 1), dtype=attention.dtype, device=device)], -1
-            )
-            last_pos = last_pos + 1
-            logits = self._logits(  # [B, V]
-                input_ids=feed[:, None], attention_mask=attention, position_ids=last_pos, past_key_values=cache
-            )
-        self._store_rows(cache, list(enumerate(rows)), prompts, ids, pads, release=True)
+            logits = state.advance(feed)  # [B, V]
+        self._store_rows(state, list(enumerate(rows)), prompts, ids, release=True)
         total_s = time.perf_counter() - t0
-        timings = {"prefill_s": prefill_s, "generate_s": total_s, "batch": float(batch)}
+        timings = {"prefill_s": prefill_s, "generate_s": total_s, "batch": float(batch),
+                   "shared_prompts": float(state.shared)}  # fmt: skip
         return [
             GenerationOutput(
                 ids=ids[b],
@@ -261,38 +248,44 @@ class HFGenerator(Generator):
 
     def _store_rows(
         self,
-        cache: Any,
+        state: PaddedRows | SharedPromptRows,
         rows: list[tuple[int, int]],
         prompts: list[Sequence[int]],
         ids: list[list[int]],
-        pads: list[int],
         *,
         release: bool = False,
     ) -> None:
-        """Put the K/V of ``(cache row, prompt index)`` pairs in the prefix cache: prompt + sampled ids
-        but the last (never fed). ``release``: the batch is done, so each layer's buffers are let go
-        once copied (one batch copy plus one layer at a time, not two)."""
+        """Put the K/V of ``(batch row, prompt index)`` pairs in the prefix cache: prompt + sampled ids
+        but the last (never fed). ``release``: the batch is done (:meth:`PaddedRows.kv_rows`)."""
         if self.prefix_cache is None:
             return
-        fed = [list(prompts[b]) + ids[b][:-1] for _, b in rows]
-        spans = [slice(pads[b], pads[b] + len(f)) for (_, b), f in zip(rows, fed, strict=True)]
-        kvs: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in rows]
-        for layer in cache.layers:
-            for kv, (r, _), span in zip(kvs, rows, spans, strict=True):
-                kv.append((layer.keys[r : r + 1, :, span].clone(), layer.values[r : r + 1, :, span].clone()))
-            if release:
-                layer.release()
-        for f, kv in zip(fed, kvs, strict=True):
-            self.prefix_cache.store(f, kv)
+        kvs = state.kv_rows([(r, b, len(ids[b]) - 1) for r, b in rows], release=release)
+        for (_, b), kv in zip(rows, kvs, strict=True):
+            self.prefix_cache.store(list(prompts[b]) + ids[b][:-1], kv)
 
     def _prefill_with_prefix_cache(
         self, prompts: list[Sequence[int]], room: int
     ) -> tuple[Any, torch.Tensor, torch.Tensor, list[int]]:
-        """Prefill each prompt from its cached prefix: a long suffix alone (a later row may reuse it at
-        once), the short ones together (:data:`SHORT_SUFFIX`); merge into one left-padded batch cache
-        with ``room`` spare positions per layer.
+        """Prefill each prompt from its cached prefix (:meth:`_prefill_rows`); merge into one
+        left-padded batch cache with ``room`` spare positions per layer.
 
         Returns ``(cache, last_logits [B, V], attention_mask [B, L], left pads per row)``.
+        """
+        rows_kv, rows_logits = self._prefill_rows(prompts)
+        device = self.device
+        length = max(len(p) for p in prompts)
+        pads = [length - len(p) for p in prompts]
+        attention = torch.zeros((len(prompts), length), dtype=torch.long, device=device)
+        for row, pad in enumerate(pads):
+            attention[row, pad:] = 1
+        cache = left_padded_cache(rows_kv, room)
+        return cache, torch.stack(rows_logits), attention, pads
+
+    def _prefill_rows(self, prompts: list[Sequence[int]]) -> tuple[list[Any], list[torch.Tensor]]:
+        """Prefill each prompt from its cached prefix: a long suffix alone (a later row may reuse it at
+        once), the short ones together (:data:`SHORT_SUFFIX`).
+
+        Returns ``(K/V per row: [(keys, values) [1, H, len(prompt), D] per layer], last logits [V] per row)``.
         """
         assert self.prefix_cache is not None
         device = self.device
@@ -334,13 +327,7 @@ class HFGenerator(Generator):
         # Every row stores prompt + sampled ids when it ends, which covers its prompt: the prompt
         # entries would only double the batch's K/V while it decodes.
         self.prefix_cache.discard(prompt_keys)
-        length = max(len(p) for p in prompts)
-        pads = [length - len(p) for p in prompts]
-        attention = torch.zeros((len(prompts), length), dtype=torch.long, device=device)
-        for row, pad in enumerate(pads):
-            attention[row, pad:] = 1
-        cache = left_padded_cache(rows_kv, room)
-        return cache, torch.stack(rows_logits), attention, pads
+        return rows_kv, rows_logits
 
     def _prefill_together(
         self, prompts: list[Sequence[int]], short: list[tuple[int, int, Any]], rows_kv: list[Any], rows_logits: list[Any]
