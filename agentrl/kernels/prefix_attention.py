@@ -50,6 +50,8 @@ class Prefixes:
         if len(kv) != len(rows):
             raise ValueError(f"{len(kv)} prefixes for {len(rows)} row groups")
         self.kv, self.rows, self.batch = kv, rows, batch
+        # a group whose rows are consecutive is sliced (a view), not gathered and scattered back
+        self.spans = [_span(r) for r in rows]
 
     @classmethod
     def of_cache(cls, cache: Any, batch: int) -> Prefixes:
@@ -102,11 +104,22 @@ def attend(
         keys, values = shared_prefix.kv[0][layer]
         return group(query, key, value, attention_mask, keys[0], values[0], scaling), None
     out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])  # [B, T, Hq, d]
-    for group_kv, rows in zip(shared_prefix.kv, shared_prefix.rows, strict=True):
+    for group_kv, rows, span in zip(shared_prefix.kv, shared_prefix.rows, shared_prefix.spans, strict=True):
         keys, values = group_kv[layer]
-        mask = attention_mask[rows] if attention_mask is not None and attention_mask.shape[0] > 1 else attention_mask
-        out[rows] = group(query[rows], key[rows], value[rows], mask, keys[0], values[0], scaling)
+        pick = rows if span is None else span
+        mask = attention_mask[pick] if attention_mask is not None and attention_mask.shape[0] > 1 else attention_mask
+        out[pick] = group(query[pick], key[pick], value[pick], mask, keys[0], values[0], scaling)
     return out, None
+
+
+def _span(rows: Tensor) -> slice | None:
+    """``rows`` as a slice when they are consecutive and increasing, else None."""
+    if len(rows) == 0:
+        return None
+    start = int(rows[0])
+    if int(rows[-1]) - start + 1 != len(rows) or not bool((rows.diff() == 1).all()):
+        return None
+    return slice(start, start + len(rows))
 
 
 def _attend_group(

@@ -371,6 +371,12 @@ def test_rows_repeating_a_prompt_share_its_kv_and_sample_as_alone(tiny, tokenize
         for out, other in zip(outs["shared"], outs[ref], strict=True):
             assert out.ids == other.ids
             assert max(abs(a - b) for a, b in zip(out.logprobs, other.logprobs, strict=True)) < 1e-4
+    # two prompts of one length, interleaved: groups that are not consecutive rows
+    twin = [rng.randrange(100, 20_000) for _ in range(len(fresh))]
+    mixed = [fresh, twin, fresh, twin]
+    for out, ref in zip(shared.generate(mixed, free, seeds=seeds[:4]), plain.generate(mixed, free, seeds=seeds[:4]), strict=True):  # fmt: skip
+        assert out.timings["shared_prompts"] == 1.0 and out.ids == ref.ids
+        assert max(abs(a - b) for a, b in zip(out.logprobs, ref.logprobs, strict=True)) < 1e-4
     # rows that stop early leave the shared batch; the others sample as before
     stops = tuple({o.ids[1] for o in outs["plain"][:2]})
     stopping = SamplingParams(max_new_tokens=8, temperature=1.0, stop_ids=stops)
