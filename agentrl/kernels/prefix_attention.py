@@ -50,6 +50,9 @@ class Prefixes:
         if len(kv) != len(rows):
             raise ValueError(f"{len(kv)} prefixes for {len(rows)} row groups")
         self.kv, self.rows, self.batch = kv, rows, batch
+        #: with gradients, recompute the scores in the backward pass (False where the caller already
+        #: recomputes whole layers)
+        self.recompute_scores = True
         # a group whose rows are consecutive is sliced (a view), not gathered and scattered back
         self.spans = [_span(r) for r in rows]
 
@@ -96,7 +99,7 @@ def attend(
         raise ValueError("shared-prefix attention needs shared_prefix= (agentrl.kernels.prefix_attention)")
     layer = module.layer_idx
     group = _attend_group
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+    if shared_prefix.recompute_scores and torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
         # the scores are [B, Hq, T, P + K]: recomputed in the backward pass instead of kept for every
         # layer (a tree with 170-token tails over a 640-token prefix kept ~2 GiB of them otherwise)
         group = functools.partial(checkpoint, _attend_group, use_reentrant=False)

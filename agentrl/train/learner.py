@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +102,10 @@ class Policy(nn.Module):
     min_shared_prefix: int = 32
     #: Tails attend to the shared prefix held once (False: the prefix's cache is copied per row).
     prefix_attention: bool = True
+    #: With gradients, the tails' decoder layers are recomputed in the backward pass instead of
+    #: keeping their activations (a tree's rows x tail tokens x layers; the prefix pass, at batch 1,
+    #: keeps its own).
+    checkpoint_tails: bool = True
 
     def hidden_states(self, model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """Final (normed) hidden states ``[B, L, H]`` of ``model``'s decoder.
@@ -108,31 +113,39 @@ class Policy(nn.Module):
         Rows of one batch usually start with the same system prompt and tool list (the rows of a
         tree share everything before their branch point). That common prefix runs once (batch 1);
         the rows' tails then attend to its keys and values held once, without a copy per row
-        (:mod:`agentrl.kernels.prefix_attention`). Gradients reach the prefix through both paths,
-        so the result is the same as the plain batched pass. Models whose attention layers do not
-        take a ``transformers`` attention function repeat the prefix's cache for every row instead.
+        (:mod:`agentrl.kernels.prefix_attention`), and with gradients their layers are recomputed
+        in the backward pass (:attr:`checkpoint_tails`). Gradients reach the prefix through both
+        paths, so the result is the same as the plain batched pass. Models whose attention layers do
+        not take a ``transformers`` attention function repeat the prefix's cache for every row
+        instead, or run the plain pass where the model checkpoints its layers (which drops caches).
         """
+        from agentrl.kernels import prefix_attention
+
         decoder = model.get_decoder()
         prefix = shared_prefix_length(input_ids, attention_mask)
-        if prefix < self.min_shared_prefix or input_ids.shape[0] == 1:
+        attend = self.prefix_attention and prefix_attention.supported(decoder)
+        if prefix < self.min_shared_prefix or input_ids.shape[0] == 1 or (_checkpoints(decoder) and not attend):
             out = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
             return out.last_hidden_state
         from transformers import DynamicCache
 
-        from agentrl.kernels import prefix_attention
-
         batch, length = input_ids.shape
         cache = DynamicCache()
-        head = decoder(input_ids=input_ids[:1, :prefix], past_key_values=cache, use_cache=True)
+        with _layer_checkpointing(decoder, False):  # the prefix pass fills its cache
+            head = decoder(input_ids=input_ids[:1, :prefix], past_key_values=cache, use_cache=True)
         positions = torch.arange(prefix, length, device=input_ids.device)
-        if self.prefix_attention and prefix_attention.supported(decoder):
-            with prefix_attention.shared_prefix_attention(decoder):
+        if attend:
+            layers = torch.is_grad_enabled() and decoder.training and (self.checkpoint_tails or _checkpoints(decoder))
+            prefixes = prefix_attention.Prefixes.of_cache(cache, batch)
+            prefixes.recompute_scores = not layers  # a recomputed layer keeps no scores anyway
+            recompute = functools.partial(prefix_attention.shared_prefix_attention, decoder)
+            with prefix_attention.shared_prefix_attention(decoder), _layer_checkpointing(decoder, layers, recompute):
                 tail = decoder(
                     input_ids=input_ids[:, prefix:],
                     attention_mask=prefix_attention.tail_mask(attention_mask, prefix),
                     position_ids=positions[None, :].expand(batch, -1),
                     use_cache=False,
-                    shared_prefix=prefix_attention.Prefixes.of_cache(cache, batch),
+                    shared_prefix=prefixes,
                 )
         else:
             cache.batch_repeat_interleave(batch)
@@ -271,6 +284,41 @@ class Policy(nn.Module):
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
+
+
+def _checkpoints(decoder: nn.Module) -> bool:
+    """Whether the model checkpoints its decoder layers (``model.gradient_checkpointing``)."""
+    return any(getattr(layer, "gradient_checkpointing", False) for layer in getattr(decoder, "layers", ()))
+
+
+@contextlib.contextmanager
+def _layer_checkpointing(
+    decoder: nn.Module, on: bool, recompute_in: Callable[[], contextlib.AbstractContextManager] | None = None
+) -> Iterator[None]:
+    """Within the context the decoder's layers are (``on``) or are not recomputed in the backward
+    pass (``transformers``' ``GradientCheckpointingLayer``, non-reentrant), whatever they were.
+    ``recompute_in``: a context the recomputation runs in (the backward pass runs after this
+    context has closed, so anything the forward relied on must be entered again)."""
+    from torch.utils.checkpoint import checkpoint
+
+    layers = [layer for layer in getattr(decoder, "layers", ()) if hasattr(layer, "gradient_checkpointing")]
+    before = [(layer.gradient_checkpointing, layer.__dict__.get("_gradient_checkpointing_func")) for layer in layers]
+    func = functools.partial(checkpoint, use_reentrant=False)
+    if recompute_in is not None:
+        func = functools.partial(func, context_fn=lambda: (contextlib.nullcontext(), recompute_in()))
+    for layer in layers:
+        layer.gradient_checkpointing = on
+        if on:
+            layer._gradient_checkpointing_func = func
+    try:
+        yield
+    finally:
+        for layer, (was_on, func) in zip(layers, before, strict=True):
+            layer.gradient_checkpointing = was_on
+            if func is not None:
+                layer._gradient_checkpointing_func = func
+            else:
+                layer.__dict__.pop("_gradient_checkpointing_func", None)
 
 
 def freeze_below(model: nn.Module, top_layers: int) -> None:

@@ -180,12 +180,14 @@ def test_shared_prefix_pass_equals_plain_pass(arch, monkeypatch):
     monkeypatch.setattr(prefix_attention, "attend", lambda *a, **k: calls.append(1) or attend(*a, **k))
     monkeypatch.setattr(prefix_attention, "_registered", False)  # re-register the counting function
     results = []
-    for min_prefix, shared in ((10**9, True), (32, False), (32, True)):
+    # (min prefix, attended once, training mode: the tails' layers recomputed in the backward pass)
+    for min_prefix, shared, training in ((10**9, True, False), (32, False, False), (32, True, False), (32, True, True)):
         torch.manual_seed(0)  # the value head is initialised from the global RNG
         lm = tiny_lm(seed=2) if arch == "llama" else tiny_model(_Vocab(), hidden=64, seed=2, arch="qwen2")
         config = lm.config
         assert config.num_attention_heads > config.num_key_value_heads  # grouped queries
         policy = Policy(lm, critic=True)
+        policy.train(training)
         policy.min_shared_prefix, policy.prefix_attention = min_prefix, shared
         out = policy(tokens.input_ids, tokens.attention_mask, tokens.loss_mask)
         (out.logp.sum() + out.entropy.sum() + out.values.sum()).backward()
@@ -193,7 +195,9 @@ def test_shared_prefix_pass_equals_plain_pass(arch, monkeypatch):
             (out.logp.detach(), out.entropy.detach(), [p.grad.clone() for p in policy.parameters()])
         )
         assert lm.config._attn_implementation != prefix_attention.NAME  # restored after the pass
-    assert len(calls) == config.num_hidden_layers  # only the last pass attended to the prefix held once
+        assert not any(layer.gradient_checkpointing for layer in lm.get_decoder().layers)  # restored too
+    # the last two passes attended to the prefix held once; the last one again in its backward pass
+    assert len(calls) == 3 * config.num_hidden_layers
     lp_a, ent_a, g_a = results[0]
     for lp_b, ent_b, g_b in results[1:]:
         torch.testing.assert_close(lp_b, lp_a, rtol=1e-5, atol=1e-5)
@@ -216,3 +220,29 @@ def test_bf16_autocast_runs_the_blocks_in_bf16_and_keeps_float32_outputs_and_gra
     diff = (outs[1] - outs[0])[mask].abs()
     assert diff.max() > 0  # the blocks really ran in bfloat16 ...
     assert diff.mean() < 0.02 and diff.max() < 0.1  # ... to bfloat16 accuracy (8 mantissa bits)
+
+
+def test_shared_prefix_pass_with_the_model_checkpointing_its_layers():
+    """``model.gradient_checkpointing``: transformers drops caches in checkpointed layers, so the prefix
+    pass runs with checkpointing off (its cache filled) and the tails with it on; same values and
+    gradients as the plain pass, and the model's setting is left as it was."""
+    eps = episodes(n_groups=2, group_size=3, seed=5)
+    for ep in eps:
+        ep.segments[0].prompt_ids = list(range(1, 41)) + ep.segments[0].prompt_ids
+    tokens = build_batch(eps)
+    results = []
+    for min_prefix in (10**9, 32):
+        lm = tiny_lm(seed=4)
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy = Policy(lm)
+        policy.train()
+        policy.min_shared_prefix = min_prefix
+        out = policy(tokens.input_ids, tokens.attention_mask, tokens.loss_mask)
+        out.logp.sum().backward()
+        results.append((out.logp.detach(), [p.grad.clone() for p in policy.parameters() if p.grad is not None]))
+        assert all(layer.gradient_checkpointing for layer in lm.get_decoder().layers)
+    (lp_a, g_a), (lp_b, g_b) = results
+    torch.testing.assert_close(lp_b, lp_a, rtol=1e-5, atol=1e-5)
+    assert len(g_a) == len(g_b) > 0
+    for a, b in zip(g_a, g_b, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
