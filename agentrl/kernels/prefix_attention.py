@@ -188,11 +188,13 @@ FAMILIES = ("llama", "qwen2", "qwen3")
 
 def supported(model: nn.Module) -> bool:
     """True when ``model``'s (a decoder's) attention can be :func:`attend`: a family of
-    :data:`FAMILIES`, full attention in every layer."""
+    :data:`FAMILIES`, full attention in every layer, no attention dropout."""
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "_attn_implementation"):
         return False
     if getattr(config, "model_type", None) not in FAMILIES or getattr(config, "use_sliding_window", False):
+        return False
+    if getattr(config, "attention_dropout", 0.0):  # attend() has no dropout
         return False
     if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()):
         return False
