@@ -16,15 +16,14 @@ row's K/V for the prefix cache (:meth:`kv_rows`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
 from agentrl.kernels import prefix_attention
-from agentrl.rollout.generators.kv_cache import roomy_cache
+from agentrl.rollout.generators.kv_cache import left_pad, roomy_cache
 
-if TYPE_CHECKING:
-    from agentrl.rollout.generators.hf import HFGenerator
+HFGenerator = Any  # agentrl.rollout.generators.hf.HFGenerator, which imports this module
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # (keys, values) [1, H, T, D] per layer
 
@@ -41,8 +40,6 @@ class PaddedRows:
     shared = False
 
     def __init__(self, gen: HFGenerator, prompts: list[Sequence[int]], room: int):
-        from agentrl.rollout.generators.hf import left_pad
-
         self.gen = gen
         device = gen.device
         if gen.prefix_cache is not None:

@@ -26,7 +26,7 @@ from agentrl.rollout.generators.base import (
 )
 from agentrl.rollout.generators.batch_rows import PaddedRows, SharedPromptRows, decode_rows
 from agentrl.rollout.generators.head import last_logits, packed_head_for
-from agentrl.rollout.generators.kv_cache import PrefixCache, left_padded_cache, roomy_cache
+from agentrl.rollout.generators.kv_cache import PrefixCache, left_pad, left_padded_cache, roomy_cache
 from agentrl.rollout.generators.sampling import sample_next, top_pairs
 
 #: Prompts whose suffix past a cached prefix is at most this many tokens are prefilled together, in
@@ -49,18 +49,6 @@ def eos_ids(model: Any, tokenizer: Any) -> set[int]:
     elif eos:
         ids.update(int(e) for e in eos)
     return ids
-
-
-def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad id lists into ``(input_ids [B, L], attention_mask [B, L])``."""
-    length = max(len(p) for p in prompts)
-    input_ids = torch.full((len(prompts), length), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(prompts), length), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        if prompt:
-            input_ids[row, length - len(prompt) :] = torch.as_tensor(list(prompt), dtype=torch.long)
-            attention[row, length - len(prompt) :] = 1
-    return input_ids.to(device), attention.to(device)
 
 
 def _remap_row(

@@ -240,6 +240,18 @@ def roomy_cache(room: int) -> Any:
     return cache
 
 
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad id lists into ``(input_ids [B, L], attention_mask [B, L])``."""
+    length = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), length), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(prompts), length), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        if prompt:
+            input_ids[row, length - len(prompt) :] = torch.as_tensor(list(prompt), dtype=torch.long)
+            attention[row, length - len(prompt) :] = 1
+    return input_ids.to(device), attention.to(device)
+
+
 def left_padded_cache(rows: list[list[tuple[torch.Tensor, torch.Tensor] | None]], room: int = 0) -> Any:
     """One batch cache (:func:`roomy_cache`) from per-row caches: ``rows[r][layer] = (keys, values)``
     of shape ``[1, H, T_r, D]``, left-padded with zeros to the longest row (the caller's attention
