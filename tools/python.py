@@ -151,6 +151,14 @@ class SandboxSlot:
     def leased(self) -> bool:
         return self._sandbox is not None
 
+    def sibling(self) -> SandboxSlot:
+        """A slot on the same pool with the same limits, holding no lease (a fork's own)."""
+        return SandboxSlot(self.backend, self.pool_size, self.lease_timeout_s, **self.limits)
+
+    def reset_timings(self) -> None:
+        """A new episode starts: its sandbox, lease and release seconds count from zero."""
+        self.sandbox_seconds = self.lease_seconds = self.release_seconds = 0.0
+
     def release(self) -> None:
         """Give the sandbox back (the pool cleans or replaces it in the background). Safe to call twice."""
         stack, self._stack, self._sandbox = self._stack, None, None

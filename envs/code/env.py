@@ -156,7 +156,7 @@ class CodeEnv(TextEnv):
 
     def make_tools(self) -> list[Tool]:
         self.slot.release()
-        self.slot.sandbox_seconds = self.slot.lease_seconds = self.slot.release_seconds = 0.0
+        self.slot.reset_timings()
         tool = make_python_tool(self.slot, timeout_s=self.timeout_s, max_output_chars=self.max_output_chars)
         return [tool]
 
@@ -191,7 +191,7 @@ class CodeEnv(TextEnv):
         return Score(float(correct), metrics)
 
     def fork_detach(self) -> None:
-        self.slot = SandboxSlot(self.slot.backend, self.slot.pool_size, self.slot.lease_timeout_s, **self.slot.limits)
+        self.slot = self.slot.sibling()
 
     def on_close(self) -> None:
         self.slot.release()

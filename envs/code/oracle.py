@@ -12,42 +12,32 @@ forms, math-verify scoring), not problem solving.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from agentrl.env import Task, play_policy
+from agentrl.envs.scripted import TurnScript, stable_coin, tool_call
 
 
 def call(code: str) -> str:
-    return "<tool_call>" + json.dumps({"name": "python", "arguments": {"code": code}}) + "</tool_call>"
+    """A ``python`` tool call running ``code``."""
+    return tool_call("python", code=code)
 
 
-class CodeOracle:
+class CodeOracle(TurnScript):
     """``reset(task)`` then ``act(observation) -> action text`` until the episode ends."""
 
-    def __init__(self) -> None:
-        self.task: Task | None = None
-        self.turn = 0
-
-    def reset(self, task: Task) -> None:
-        self.task = task
-        self.turn = 0
-
-    def act(self, observation: str, info: dict[str, Any] | None = None) -> str:
-        assert self.task is not None, "call reset(task) first"
-        self.turn += 1
-        if self.turn == 1:
-            code = self.task.payload.get("solution_code")
+    def turn_action(self, task: Task, turn: int, observation: str) -> str:
+        if turn == 1:
+            code = task.payload.get("solution_code")
             if code is None:
-                code = f"print({str(self.task.answer)!r})"
+                code = f"print({str(task.answer)!r})"
             # run the program, keeping its output in a variable; the next cell prints it (state persists)
             wrapped = f"import contextlib, io\n_buf = io.StringIO()\nwith contextlib.redirect_stdout(_buf):\n    exec({code!r})"
             return "I'll compute it.\n" + call(wrapped)
-        if self.turn == 2:
+        if turn == 2:
             return call("print(_buf.getvalue().strip())")
         value = observation.strip()
-        if int(hashlib.sha256(self.task.id.encode()).hexdigest()[:4], 16) % 2:
+        if stable_coin(task.id):
             return f"The result is $\\boxed{{{value}}}$."
         return f"<answer>{value}</answer>"
 

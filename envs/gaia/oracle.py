@@ -17,7 +17,8 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from agentrl.env import Task
-from agentrl.envs.search.oracle import KIND_HINTS, RESULT_RE, tool_call
+from agentrl.envs.scripted import tool_call
+from agentrl.envs.search.oracle import KIND_HINTS, RESULT_RE
 
 Table = list[dict[str, Any]]
 

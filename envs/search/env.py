@@ -80,15 +80,52 @@ def check_reward(reward: str) -> str:
     return reward
 
 
-class SearchEnv(TextEnv):
-    """Questions about a generated fictional encyclopedia, answered through search and open."""
+class RetrievalQAEnv(TextEnv):
+    """What every search env shares: QA scoring (EM and F1 always reported, one of them the
+    reward), the ``search``/``open`` tools over ``self.retriever`` (none: closed-book), and a remote
+    retriever's HTTP client per env: its own after a fork, closed with the env."""
 
     success_metric = "em"
+    # the state is the episode record (a local retriever is read-only and shared, a remote one gets
+    # a client of its own): a fork copies it
+    fork_method = "copy"
+    retriever: Retriever | None = None
+    reward_kind = "em"
+    default_k, max_k = 3, 10
+
+    def _setup_retrieval(self, reward: str, default_k: int, max_k: int, retriever: Retriever | None) -> None:
+        self.reward_kind = check_reward(reward)
+        self.default_k, self.max_k = default_k, max_k
+        self.retriever = retriever
+
+    def make_tools(self) -> list[Tool]:
+        if self.retriever is None:
+            return []
+        return search_tools(self.retriever, default_k=self.default_k, max_k=self.max_k)
+
+    def score(self, answer: str | None, task: Task) -> Score:
+        metrics = qa_scores(answer, task.answer)
+        return Score(reward=metrics[self.reward_kind], metrics=metrics)
+
+    def fork_detach(self) -> None:
+        if isinstance(self.retriever, RemoteRetriever):
+            self.retriever = None  # the parent's HTTP client: the fork opens its own (fork_attach)
+
+    def fork_attach(self, parent: TextEnv) -> None:
+        retriever = getattr(parent, "retriever", None)
+        if isinstance(retriever, RemoteRetriever):
+            self.retriever = RemoteRetriever(retriever.url, timeout=retriever._client.timeout.read or 10.0)
+
+    def on_close(self) -> None:
+        if isinstance(self.retriever, RemoteRetriever):
+            self.retriever.close()
+
+
+class SearchEnv(RetrievalQAEnv):
+    """Questions about a generated fictional encyclopedia, answered through search and open."""
+
     system_prompt = TOOL_PROMPT
     splits = ("train", "dev", "test")
-    # the state is the episode record (the retriever is read-only and shared, a remote one gets a
-    # client of its own): a fork copies it
-    fork_method = "copy"
 
     def __init__(
         self,
@@ -126,18 +163,21 @@ class SearchEnv(TextEnv):
             raise EnvError(f"n_entities must be >= 20, got {n_entities}")
         if not 1 <= default_k <= max_k:
             raise EnvError(f"need 1 <= default_k <= max_k, got default_k={default_k}, max_k={max_k}")
-        self.reward_kind = check_reward(reward)
         self.wiki_seed, self.n_entities, self.n_questions, self.hops = (
             wiki_seed,
             n_entities,
             n_questions,
             hops,
         )
-        self.default_k, self.max_k = default_k, max_k
         self.wiki = generate_wiki(wiki_seed, n_entities)
-        self.retriever = build_retriever(
+        built = build_retriever(
             retriever, retriever_url=retriever_url, local=(wiki_seed, n_entities), timeout=timeout
         )
+        if built is None:
+            raise EnvError(
+                "SearchEnv's questions need the search tools: use retriever 'bm25', 'dense' or 'remote'"
+            )
+        self._setup_retrieval(reward, default_k, max_k, built)
 
     def load_tasks(self, split: str) -> Sequence[Task]:
         questions = generate_questions(self.wiki_seed, self.n_entities, self.n_questions, self.hops)
@@ -153,24 +193,3 @@ class SearchEnv(TextEnv):
             for q in questions
             if q.split == split
         ]
-
-    def make_tools(self) -> list[Tool]:
-        assert self.retriever is not None
-        return search_tools(self.retriever, default_k=self.default_k, max_k=self.max_k)
-
-    def score(self, answer: str | None, task: Task) -> Score:
-        metrics = qa_scores(answer, task.answer)
-        return Score(reward=metrics[self.reward_kind], metrics=metrics)
-
-    def fork_detach(self) -> None:
-        if isinstance(self.retriever, RemoteRetriever):
-            self.retriever = None  # the parent's HTTP client: the fork opens its own (fork_attach)
-
-    def fork_attach(self, parent: TextEnv) -> None:
-        retriever = getattr(parent, "retriever", None)
-        if isinstance(retriever, RemoteRetriever):
-            self.retriever = RemoteRetriever(retriever.url, timeout=retriever._client.timeout.read or 10.0)
-
-    def on_close(self) -> None:
-        if isinstance(self.retriever, RemoteRetriever):
-            self.retriever.close()

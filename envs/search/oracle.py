@@ -9,11 +9,11 @@ never looks at the gold answer; it reads the question's chain from ``task.payloa
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Protocol
 
 from agentrl.env import Task, play_policy
+from agentrl.envs.scripted import tool_call
 from agentrl.envs.search.wiki import RELATIONS
 
 RESULT_RE = re.compile(r"^\[\d+\] (\S+) \| (.+)$", re.MULTILINE)
@@ -32,11 +32,6 @@ class Oracle(Protocol):
     def reset(self, task: Task) -> None: ...
 
     def act(self, observation: str, info: dict[str, Any] | None = None) -> str: ...
-
-
-def tool_call(name: str, **arguments: Any) -> str:
-    """A Hermes tool call as a model would write it."""
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
 class SearchOracle:

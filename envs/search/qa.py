@@ -16,13 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentrl.env import Score, Task, TextEnv
-from agentrl.envs.search.env import TOOL_PROMPT, SearchEnv, build_retriever, check_reward
+from agentrl.env import Task
+from agentrl.envs.search.env import TOOL_PROMPT, RetrievalQAEnv, build_retriever, check_reward
 from agentrl.errors import EnvError
 from agentrl.paths import benchmark_dir, check_file
-from agentrl.scorers.qa import qa_scores
-from agentrl.tools.base import Tool
-from agentrl.tools.search import RemoteRetriever, search_tools
 
 QA_FILES: dict[str, str] = {
     "nq": "nq.jsonl",
@@ -91,15 +88,10 @@ def _read(path: str) -> tuple[QARecord, ...]:
     return tuple(records)
 
 
-class SearchQAEnv(TextEnv):
+class SearchQAEnv(RetrievalQAEnv):
     """Real QA sets; closed-book by default, search tools over a remote retriever when configured."""
 
-    success_metric = "em"
     splits = ("test",)
-    # the state is the episode record; a remote retriever gets a client of its own (as SearchEnv)
-    fork_method = "copy"
-    fork_detach = SearchEnv.fork_detach
-    fork_attach = SearchEnv.fork_attach
 
     def __init__(
         self,
@@ -128,7 +120,7 @@ class SearchQAEnv(TextEnv):
             raise EnvError(
                 f"SearchQA has no local corpus: retriever must be 'none' or 'remote', got {retriever!r}"
             )
-        self.reward_kind = check_reward(reward)
+        check_reward(reward)
         folder = qa_dir(data_dir)  # fail now, not at the first reset, when the data is missing
         if sources is None:
             self.sources = [name for name, file in QA_FILES.items() if (folder / file).is_file()]
@@ -143,8 +135,8 @@ class SearchQAEnv(TextEnv):
         if missing:
             raise EnvError(f"QA file(s) {', '.join(missing)} missing in {folder}")
         self.data_dir = data_dir
-        self.default_k, self.max_k = default_k, max_k
-        self.retriever = build_retriever(retriever, retriever_url=retriever_url, local=None, timeout=timeout)
+        built = build_retriever(retriever, retriever_url=retriever_url, local=None, timeout=timeout)
+        self._setup_retrieval(reward, default_k, max_k, built)
 
     @property
     def system_prompt(self) -> str:  # type: ignore[override]
@@ -163,16 +155,3 @@ class SearchQAEnv(TextEnv):
             for source in self.sources
             for r in load_qa(source, self.data_dir)
         ]
-
-    def make_tools(self) -> list[Tool]:
-        if self.retriever is None:
-            return []
-        return search_tools(self.retriever, default_k=self.default_k, max_k=self.max_k)
-
-    def score(self, answer: str | None, task: Task) -> Score:
-        metrics = qa_scores(answer, task.answer)
-        return Score(reward=metrics[self.reward_kind], metrics=metrics)
-
-    def on_close(self) -> None:
-        if isinstance(self.retriever, RemoteRetriever):
-            self.retriever.close()

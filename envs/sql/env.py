@@ -150,7 +150,7 @@ class SQLEnv(TextEnv):
     def make_tools(self) -> list[Tool]:
         if not self.keep_sandbox:
             self._release()
-        self.slot.sandbox_seconds = self.slot.lease_seconds = self.slot.release_seconds = 0.0
+        self.slot.reset_timings()
         name = self._task_database(self.task) if self.task is not None else self.databases[0]
         path, schema, _ = _database(name)
         if name not in self._runners:
@@ -192,7 +192,7 @@ class SQLEnv(TextEnv):
         return None if result.error else result.rows
 
     def fork_detach(self) -> None:
-        self.slot = SandboxSlot(self.slot.backend, self.slot.pool_size, self.slot.lease_timeout_s, **self.slot.limits)
+        self.slot = self.slot.sibling()
         self.runner = None
         self._runners = {}
 

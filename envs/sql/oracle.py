@@ -8,18 +8,14 @@ guard, the observation format and both answer forms.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from typing import Any
 
 from agentrl.env import Task, play_policy
+from agentrl.envs.scripted import TurnScript, stable_coin, tool_call
 
 _FROM = re.compile(r"\bFROM\s+([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
-
-
-def call(name: str, **arguments: str) -> str:
-    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
 
 
 def rows_from_observation(observation: str) -> list[list[str | None]] | None:
@@ -37,34 +33,27 @@ def rows_from_observation(observation: str) -> list[list[str | None]] | None:
     return rows
 
 
-class SQLOracle:
+class SQLOracle(TurnScript):
     """``reset(task)`` then ``act(observation) -> action text`` until the episode ends."""
 
     def __init__(self, answer_form: str = "mixed"):
         if answer_form not in ("mixed", "sql", "values"):
             raise ValueError(f"answer_form must be mixed, sql or values; got {answer_form!r}")
+        super().__init__()
         self.answer_form = answer_form
-        self.task: Task | None = None
-        self.turn = 0
 
-    def reset(self, task: Task) -> None:
-        self.task = task
-        self.turn = 0
-
-    def act(self, observation: str, info: dict[str, Any] | None = None) -> str:
-        assert self.task is not None, "call reset(task) first"
-        gold_sql = self.task.payload["gold_sql"]
-        self.turn += 1
-        if self.turn == 1:
-            return "Let me look at the tables.\n" + call("list_tables")
-        if self.turn == 2:
+    def turn_action(self, task: Task, turn: int, observation: str) -> str:
+        gold_sql = task.payload["gold_sql"]
+        if turn == 1:
+            return "Let me look at the tables.\n" + tool_call("list_tables")
+        if turn == 2:
             found = _FROM.search(gold_sql)
-            return call("describe", table=found.group(1) if found else "")
-        if self.turn == 3:
-            return call("query", sql=gold_sql)
+            return tool_call("describe", table=found.group(1) if found else "")
+        if turn == 3:
+            return tool_call("query", sql=gold_sql)
         form = self.answer_form
         if form == "mixed":
-            form = "sql" if int(hashlib.sha256(self.task.id.encode()).hexdigest()[:4], 16) % 2 else "values"
+            form = "sql" if stable_coin(task.id) else "values"
         rows = rows_from_observation(observation) if form == "values" else None
         if rows is None:
             return f"<answer>{gold_sql}</answer>"

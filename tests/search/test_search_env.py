@@ -196,6 +196,7 @@ def test_seed_determinism_and_task_options(env) -> None:
         ({"reward": "bleu"}, "reward must be 'em'"),
         ({"retriever": "remote"}, "retriever_url="),
         ({"retriever": "tfidf"}, "unknown retriever"),
+        ({"retriever": "none"}, "questions need the search tools"),
         ({"retriever_url": "localhost:8000"}, "not an http(s) URL"),
         ({"split": "validation"}, "no split 'validation'"),
         ({"default_k": 20}, "default_k"),
