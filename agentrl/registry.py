@@ -55,7 +55,11 @@ class Registry:
         return add(obj)
 
     def get(self, name: str, *, field: str | None = None) -> Any:
-        """Return the object for ``name``; unknown names raise ConfigError listing the choices."""
+        """Return the object for ``name``, or for a ``"module:attr"`` path (your own estimator, loss,
+        ...: importing the module may register more names); unknown names raise ConfigError listing
+        the choices."""
+        if name not in self._entries and ":" in str(name):
+            self._entries[name] = load_entry_point(name, field=field or self.kind)
         if name not in self._entries:
             choices = ", ".join(sorted(self._entries)) or "(none registered)"
             raise ConfigError(field or self.kind, f"unknown {self.kind} '{name}'", f"use one of: {choices}")

@@ -90,6 +90,10 @@ Importing this package registers every entry in ``agentrl.registry``:
   value (:class:`spec.Loss`);
 - ``KL_ESTIMATORS``: k1, k2, k3, low_var_kl (= k3): ``fn(logp, ref_logp, *, mask, clamp) -> [B,L]``.
 
+An estimator is declared by its function (``spec.Estimator``; ``@spec.estimator(name, level)``
+registers your own): the function's positional parameters are the canonical field names below,
+from which ``Estimator.needs`` is derived, its keyword-only parameters the options; a field no
+producer makes yet comes with its producer (``producers=``), and its diagnostics with their labels.
 Entries are callable exactly like the raw functions (with their presets), declare what they read
 (``Estimator.needs``, ``Loss.needs(options)``) and the options they take (``option_defaults()``:
 function defaults, then presets; ``resolve(explicit)``: an explicit value always wins), and have

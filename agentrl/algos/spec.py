@@ -1,10 +1,13 @@
 """Registry entries: one declared contract between the objectives and whatever feeds them.
 
-Every registered estimator and loss declares the tensors it reads by one canonical name (``needs``;
-the producers of those names are registered in :mod:`agentrl.train.fields`, one per name) and the
-options it takes (``option_defaults``: the raw functions' keyword defaults, then the entry's
-presets). :meth:`Estimator.from_batch` / :meth:`Loss.from_batch` hand the raw function exactly the
-declared needs and nothing else, so a declaration that lies fails at once.
+An estimator is declared by its function (:class:`Estimator`, :func:`estimator`): the positional
+parameters are the canonical names of the tensors it reads (``needs``, derived; the producers of
+those names are registered in :mod:`agentrl.train.fields`, one per name, and an estimator may bring
+the producer of a new one), the keyword-only parameters with defaults are its options. A loss
+declares its tensors (``head``, ``keywords``) and takes its options from the raw function's keyword
+defaults. ``option_defaults`` gives the options (function defaults, then the entry's presets);
+:meth:`Estimator.from_batch` / :meth:`Loss.from_batch` hand the function exactly the declared
+needs and nothing else, so a declaration that lies fails at once.
 
 Each entry is also callable exactly like the raw function (presets applied first).
 """
@@ -45,74 +48,117 @@ def keyword_defaults(*fns: Callable[..., Any]) -> dict[str, Any]:
     return out
 
 
-def _turn_mask(b: Batch, num_turns: int) -> Tensor:
-    _, mask = adv_lib.turn_mean(b["loss_mask"].to(torch.float32), b["turn_id"], b["loss_mask"], num_turns)
-    return mask
+LEVEL_NEEDS = {"rollout": ("row_rollout", "loss_mask"), "turn": ("turn_id", "loss_mask"), "token": ("loss_mask",)}
+"""What :meth:`Estimator.from_batch` itself reads to spread each level's output over tokens."""
 
 
-def _per_row(b: Batch, name: str) -> Tensor:
-    """A per-rollout field ``[R]`` indexed to rows ``[B]``."""
-    return b[name][b["row_rollout"]]
+def tensor_parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The names of ``fn``'s parameters that take batch fields: every positional one without a default."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(
+        p.name for p in inspect.signature(fn).parameters.values() if p.kind in kinds and p.default is p.empty
+    )
+
+
+def call_with(fn: Callable[..., Any], batch: Batch, options: Mapping[str, Any], who: str) -> Any:
+    """``fn(**{name: batch[name] for its tensor parameters}, **options)``."""
+    return fn(**gather(batch, tensor_parameters(fn), who), **options)
 
 
 @dataclass(frozen=True)
 class Estimator:
-    """An advantage estimator: its needs, options, presets and batch adapter.
+    """An advantage estimator, declared by its function.
 
-    ``level`` says what the raw function returns: ``rollout`` ``[R]``, ``turn`` ``[B, K]`` or
-    ``token`` ``[B, L]``; :meth:`from_batch` always returns token-level advantages.
-    ``keep_rollouts`` (optional) gives the ``[R]`` bool rollouts whose rows may train under the
-    given options (SUPO's overlong masking); the trainer removes the other rows from the loss mask,
-    so they contribute exactly zero to the loss, its denominators, KL and entropy.
+    ``call``'s parameters say everything: its positional parameters are canonical batch-field names
+    (``outcome``, ``group_id``, ``turn_id``, ... : :mod:`agentrl.train.fields`), and the estimator
+    receives exactly those tensors; its keyword-only parameters with defaults are options, as are
+    ``fn``'s (or ``option_fns``'s) when ``call`` forwards ``**options`` to them. ``call`` is ``fn``
+    itself when the raw function's parameters already carry canonical names (``grpo``,
+    ``tree_grpo``). :attr:`needs` is derived: ``call``'s tensors plus what ``level`` needs to spread
+    the output over tokens (:data:`LEVEL_NEEDS`).
+
+    ``level`` says what ``call`` returns: ``rollout`` ``[R]``, ``turn`` ``[B, K]`` or ``token``
+    ``[B, L]``; :meth:`from_batch` always returns token-level advantages.
+    ``keep_rollouts`` (optional, declared the same way) gives the ``[R]`` bool rollouts whose rows
+    may train under the given options (SUPO's overlong masking); the trainer removes the other rows
+    from the loss mask, so they contribute exactly zero to the loss, its denominators, KL and entropy.
+    ``producers``: the producers (:class:`agentrl.train.fields.Producer`) of fields only this
+    estimator reads; the objective plan registers them when a config selects the estimator.
     """
 
     name: str
     fn: Callable[..., Any]
     level: str
-    call: Callable[[dict[str, Tensor], dict[str, Any]], Any]  # (needs, options) -> raw output
-    needs: tuple[str, ...]
+    call: Callable[..., Any] | None = None  # (**needed tensors, **options) -> raw output; None: fn
     presets: Mapping[str, Any] = field(default_factory=dict)
-    option_fns: tuple[Callable[..., Any], ...] = ()  # whose keyword options the adapter forwards
-    extra_options: Mapping[str, Any] = field(default_factory=dict)  # options the adapter reads itself
-    keep_rollouts: Callable[[dict[str, Tensor], Mapping[str, Any]], Tensor | None] | None = None
-    diagnose: Callable[[dict[str, Tensor], Mapping[str, Any]], dict[str, float]] | None = None
-    """(needs, options) -> mechanism metrics (IGPO's info gains, EMPG's scaling spread), logged per step."""
+    option_fns: tuple[Callable[..., Any], ...] = ()  # whose keyword options ``call`` forwards (default: fn)
+    keep_rollouts: Callable[..., Tensor | None] | None = None
+    diagnose: Callable[..., dict[str, float]] | None = None
+    """(**needed tensors, **options) -> mechanism metrics (IGPO's info gains, EMPG's scaling spread), logged per step."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """What a study report calls each ``diagnose`` metric it aggregates (metric key -> label)."""
     table: tuple[str, ...] = ()
     """The ``labels`` keys a study's report.md table shows (when any arm logged them)."""
+    producers: tuple[Any, ...] = ()
+    needs: tuple[str, ...] = field(init=False, default=())
+    """The batch fields this estimator reads: ``call``'s tensor parameters, then the level's."""
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVEL_NEEDS:
+            raise ValueError(f"estimator '{self.name}': level must be one of {', '.join(LEVEL_NEEDS)}, got {self.level!r}")
+        if self.call is None:
+            object.__setattr__(self, "call", self.fn)
+        needs = tensor_parameters(self.call)
+        for what, fn in (("keep_rollouts", self.keep_rollouts), ("diagnose", self.diagnose)):
+            extra = [n for n in tensor_parameters(fn) if n not in needs] if fn is not None else []
+            if extra:
+                raise ValueError(f"estimator '{self.name}': {what} reads {', '.join(extra)}, which its function "
+                                 f"does not take; name them as parameters of the estimator's function")  # fmt: skip
+        missing = [k for k in self.table if k not in self.labels]
+        if missing:
+            raise ValueError(f"estimator '{self.name}': table names {', '.join(missing)} without a label")
+        object.__setattr__(self, "needs", needs + tuple(n for n in LEVEL_NEEDS[self.level] if n not in needs))
 
     def __call__(self, *args: Any, **options: Any) -> Any:
         return self.fn(*args, **{**self.presets, **options})
 
     def option_defaults(self) -> dict[str, Any]:
-        """Every option this estimator takes with its resolved default (function default, then preset)."""
-        return {**keyword_defaults(*(self.option_fns or (self.fn,))), **self.extra_options, **self.presets}
+        """Every option this estimator takes with its resolved default (``call``'s own keyword
+        options, then the raw function's, then presets)."""
+        own = keyword_defaults(self.call) if self.call is not self.fn else {}
+        return {**keyword_defaults(*(self.option_fns or (self.fn,))), **own, **self.presets}
 
     def resolve(self, explicit: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults, then presets, then ``explicit`` (an explicit value always wins)."""
         return {**self.option_defaults(), **explicit}
 
+    def _options_for(self, fn: Callable[..., Any], options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` (presets first) as ``fn`` takes them: all of them where it has ``**``."""
+        params = inspect.signature(fn).parameters.values()
+        opts = {**self.presets, **options}
+        if any(p.kind is p.VAR_KEYWORD for p in params):
+            return opts
+        return {k: v for k, v in opts.items() if k in {p.name for p in params if p.kind is p.KEYWORD_ONLY}}
+
     def row_keep(self, batch: Batch, options: Mapping[str, Any]) -> Tensor | None:
         """``[R]`` bool rollouts allowed to train (None: all)."""
         if self.keep_rollouts is None:
             return None
-        return self.keep_rollouts(gather(batch, self.needs, f"advantage '{self.name}'"), options)
+        return call_with(self.keep_rollouts, batch, self._options_for(self.keep_rollouts, options),
+                         f"advantage '{self.name}'")  # fmt: skip
 
     @torch.no_grad()
     def diagnostics(self, batch: Batch, options: Mapping[str, Any]) -> dict[str, float]:
         """What this estimator did on ``batch`` (``{}`` when it declares no ``diagnose``)."""
         if self.diagnose is None:
             return {}
-        return self.diagnose(
-            gather(batch, self.needs, f"advantage '{self.name}'"), {**self.presets, **options}
-        )
+        return call_with(self.diagnose, batch, self._options_for(self.diagnose, options), f"advantage '{self.name}'")
 
     @torch.no_grad()
     def from_batch(self, batch: Batch, **options: Any) -> tuple[Tensor, Tensor | None]:
         """``(advantages [B, L], returns [B, L] or None)``, zero off ``loss_mask``."""
         b = gather(batch, self.needs, f"advantage '{self.name}'")
-        out = self.call(b, {**self.presets, **options})
+        out = call_with(self.call, b, {**self.presets, **options}, f"advantage '{self.name}'")
         returns = None
         if isinstance(out, tuple):
             out, returns = out
@@ -122,6 +168,29 @@ class Estimator:
         elif self.level == "turn":
             out = adv_lib.to_tokens(out, torch.where(mask, b["turn_id"], -1))
         return torch.where(mask, out, torch.zeros_like(out)), returns
+
+
+def estimator(name: str, level: str, **declaration: Any) -> Callable[[Callable[..., Any]], Estimator]:
+    """Decorator: declare a function as advantage estimator ``name`` and register it.
+
+    The function's positional parameters are canonical batch-field names, its keyword-only
+    parameters the options; ``declaration`` takes :class:`Estimator`'s other fields (``presets``,
+    ``keep_rollouts``, ``diagnose``, ``labels``, ``table``, ``producers`` for a new field)::
+
+        @estimator("rloo", "rollout")
+        def rloo(outcome, group_id, *, scale=1.0): ...
+
+    A config selects it as ``algo.advantage: rloo`` once the module is imported, or as
+    ``algo.advantage: my_package.my_module:rloo`` (importing it on the way).
+    """
+    from agentrl.registry import ADVANTAGES
+
+    def register(fn: Callable[..., Any]) -> Estimator:
+        entry = Estimator(name, fn, level, **declaration)
+        ADVANTAGES.register(name, entry)
+        return entry
+
+    return register
 
 
 def _always(_: Mapping[str, Any]) -> bool:
@@ -193,35 +262,29 @@ def pairing_problem(estimator: Estimator, loss: Loss, loss_options: Mapping[str,
 
 
 # --------------------------------------------------------------------------- estimators
-def _grpo(b: Batch, o: dict[str, Any]) -> Tensor:
-    return adv_lib.grpo(b["outcome"], b["group_id"], **o)
+# Each adapter's parameters are canonical batch-field names (its needs); ``**o`` are the options,
+# forwarded to the raw function in agentrl.algos.advantages. grpo and tree_grpo need none.
+def _gae(token_rewards: Tensor, values: Tensor, loss_mask: Tensor, **o: Any) -> tuple[Tensor, Tensor]:
+    return adv_lib.gae(token_rewards, values, loss_mask, **o)
 
 
-def _tree_grpo(b: Batch, o: dict[str, Any]) -> Tensor:
-    return adv_lib.tree_grpo(b["outcome"], b["group_id"], b["task_group"], **o)
-
-
-def _gae(b: Batch, o: dict[str, Any]) -> tuple[Tensor, Tensor]:
-    return adv_lib.gae(b["token_rewards"], b["values"], b["loss_mask"], **o)
-
-
-def _igpo_gain(b: Batch, o: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+def _igpo_gain(gt_logprob: Tensor, turn_id: Tensor, loss_mask: Tensor, kind: str) -> tuple[Tensor, Tensor]:
     """``(info gain [B, K], turn mask [B, K])`` of the configured ``info_gain_kind``."""
-    gt = b["gt_logprob"]  # [B, K + 1]
-    turn_mask = _turn_mask(b, gt.shape[1] - 1)
-    return adv_lib.info_gain(gt, turn_mask, kind=o.get("info_gain_kind", "log_prob_diff")), turn_mask
+    _, turn_mask = adv_lib.turn_mean(loss_mask.to(torch.float32), turn_id, loss_mask, gt_logprob.shape[1] - 1)
+    return adv_lib.info_gain(gt_logprob, turn_mask, kind=kind), turn_mask
 
 
-def _igpo(b: Batch, o: dict[str, Any]) -> Tensor:
-    gain, turn_mask = _igpo_gain(b, o)
-    o = {k: v for k, v in o.items() if k != "info_gain_kind"}
-    return adv_lib.igpo(_per_row(b, "outcome"), gain, turn_mask, _per_row(b, "group_id"), **o)
+def _igpo(outcome: Tensor, group_id: Tensor, gt_logprob: Tensor, turn_id: Tensor, loss_mask: Tensor,
+          row_rollout: Tensor, *, info_gain_kind: str = "log_prob_diff", **o: Any) -> Tensor:  # fmt: skip
+    gain, turn_mask = _igpo_gain(gt_logprob, turn_id, loss_mask, info_gain_kind)
+    return adv_lib.igpo(outcome[row_rollout], gain, turn_mask, group_id[row_rollout], **o)
 
 
-def _igpo_diagnose(b: Batch, o: Mapping[str, Any]) -> dict[str, float]:
+def _igpo_diagnose(gt_logprob: Tensor, turn_id: Tensor, loss_mask: Tensor, *,
+                   info_gain_kind: str = "log_prob_diff", **_: Any) -> dict[str, float]:  # fmt: skip
     """Info-gain turns (every valid turn but a row's last, which gets the outcome): how many carry a
     non-zero gain, the mean of those gains and the mean |gain| over all of them."""
-    gain, turn_mask = _igpo_gain(b, o)
+    gain, turn_mask = _igpo_gain(gt_logprob, turn_id, loss_mask, info_gain_kind)
     tm = turn_mask.bool()
     last = tm & (tm.long().cumsum(dim=1) == tm.long().sum(dim=1, keepdim=True))  # [B, K]
     g = gain[tm & ~last]  # [T] info-gain turns
@@ -236,18 +299,18 @@ def _igpo_diagnose(b: Batch, o: Mapping[str, Any]) -> dict[str, float]:
     }
 
 
-def _empg(b: Batch, o: dict[str, Any]) -> Tensor:
-    return adv_lib.empg_grpo(
-        _per_row(b, "outcome"), _per_row(b, "group_id"), b["entropy"], b["turn_id"], b["loss_mask"], **o
-    )
+def _empg(outcome: Tensor, group_id: Tensor, entropy: Tensor, turn_id: Tensor, loss_mask: Tensor,
+          row_rollout: Tensor, **o: Any) -> Tensor:  # fmt: skip
+    return adv_lib.empg_grpo(outcome[row_rollout], group_id[row_rollout], entropy, turn_id, loss_mask, **o)
 
 
-def _empg_diagnose(b: Batch, o: Mapping[str, Any]) -> dict[str, float]:
+def _empg_diagnose(entropy: Tensor, turn_id: Tensor, loss_mask: Tensor, *, k: float = 1.0, eps: float = 1e-8,
+                   **_: Any) -> dict[str, float]:  # fmt: skip
     """Spread of EMPG's scaling ``g(H)`` over the batch's steps (mean 1 by construction)."""
-    step_entropy, turn_mask = adv_lib.turn_mean(b["entropy"], b["turn_id"], b["loss_mask"])  # [B, K] each
+    step_entropy, turn_mask = adv_lib.turn_mean(entropy, turn_id, loss_mask)  # [B, K] each
     if not bool(turn_mask.any()):
         return {"empg/steps": 0.0}
-    g, _ = adv_lib.empg_scale(step_entropy, turn_mask, k=o.get("k", 1.0), eps=o.get("eps", 1e-8))
+    g, _ = adv_lib.empg_scale(step_entropy, turn_mask, k=k, eps=eps)
     g = g[turn_mask.bool()]  # [S]
     q = torch.quantile(g.double(), torch.tensor([0.1, 0.5, 0.9], dtype=torch.double)).tolist()
     return {
@@ -260,39 +323,33 @@ def _empg_diagnose(b: Batch, o: Mapping[str, Any]) -> dict[str, float]:
     }
 
 
-def _gigpo(b: Batch, o: dict[str, Any]) -> Tensor:
-    step_reward = b["step_reward"]  # [B, K]
-    return adv_lib.gigpo(
-        _per_row(b, "outcome"), _per_row(b, "group_id"), step_reward, b["anchor_id"],
-        _turn_mask(b, step_reward.shape[1]), **o,
-    )  # fmt: skip
+def _gigpo(outcome: Tensor, group_id: Tensor, step_reward: Tensor, anchor_id: Tensor, turn_id: Tensor,
+           loss_mask: Tensor, row_rollout: Tensor, **o: Any) -> Tensor:  # fmt: skip
+    _, turn_mask = adv_lib.turn_mean(loss_mask.to(torch.float32), turn_id, loss_mask, step_reward.shape[1])
+    return adv_lib.gigpo(outcome[row_rollout], group_id[row_rollout], step_reward, anchor_id, turn_mask, **o)
 
 
-def _foldgrpo(b: Batch, o: dict[str, Any]) -> Tensor:
-    return adv_lib.foldgrpo(b["outcome"], b["row_rollout"], b["process_reward"], b["group_id"], **o)
+def _foldgrpo(process_reward: Tensor, outcome: Tensor, group_id: Tensor, row_rollout: Tensor, **o: Any) -> Tensor:
+    return adv_lib.foldgrpo(outcome, row_rollout, process_reward, group_id, **o)
 
 
-def _supo(b: Batch, o: dict[str, Any]) -> Tensor:
-    return adv_lib.supo(b["outcome"], b["group_id"], b["finished"], **o)
+def _supo(finished: Tensor, outcome: Tensor, group_id: Tensor, **o: Any) -> Tensor:
+    return adv_lib.supo(outcome, group_id, finished, **o)
 
 
-def _supo_keep(b: Batch, o: Mapping[str, Any]) -> Tensor | None:
-    return b["finished"].bool() if o.get("mask_unfinished", True) else None
+def _supo_keep(finished: Tensor, *, mask_unfinished: bool = True, **_: Any) -> Tensor | None:
+    return finished.bool() if mask_unfinished else None
 
 
-_ROLLOUT = ("outcome", "group_id", "row_rollout", "loss_mask")
-_TURN = ("turn_id", "loss_mask", "row_rollout")
 ESTIMATORS: tuple[Estimator, ...] = (
-    Estimator("grpo", adv_lib.grpo, "rollout", _grpo, _ROLLOUT),
-    Estimator("drgrpo", adv_lib.grpo, "rollout", _grpo, _ROLLOUT, {"std_normalize": False}),
-    Estimator("gae", adv_lib.gae, "token", _gae, ("token_rewards", "values", "loss_mask")),
+    Estimator("grpo", adv_lib.grpo, "rollout"),
+    Estimator("drgrpo", adv_lib.grpo, "rollout", presets={"std_normalize": False}),
+    Estimator("gae", adv_lib.gae, "token", _gae),
     Estimator(
         "igpo",
         adv_lib.igpo,
         "turn",
         _igpo,
-        ("outcome", "group_id", "gt_logprob", *_TURN),
-        extra_options={"info_gain_kind": "log_prob_diff"},
         diagnose=_igpo_diagnose,
         labels={
             "igpo/ig_nonzero_share": "IGPO: share of IG turns with non-zero gain",
@@ -306,7 +363,6 @@ ESTIMATORS: tuple[Estimator, ...] = (
         adv_lib.empg,
         "turn",
         _empg,
-        ("outcome", "group_id", "entropy", *_TURN),
         option_fns=(adv_lib.empg_grpo, adv_lib.empg),
         diagnose=_empg_diagnose,
         labels={
@@ -317,15 +373,13 @@ ESTIMATORS: tuple[Estimator, ...] = (
         },
         table=("empg/scale_p10", "empg/scale_p90"),
     ),  # fmt: skip
-    Estimator(
-        "gigpo", adv_lib.gigpo, "turn", _gigpo, ("outcome", "group_id", "step_reward", "anchor_id", *_TURN)
-    ),
-    Estimator("foldgrpo", adv_lib.foldgrpo, "token", _foldgrpo, ("process_reward", *_ROLLOUT)),
-    Estimator("supo", adv_lib.supo, "rollout", _supo, ("finished", *_ROLLOUT), keep_rollouts=_supo_keep),
+    Estimator("gigpo", adv_lib.gigpo, "turn", _gigpo),
+    Estimator("foldgrpo", adv_lib.foldgrpo, "token", _foldgrpo),
+    Estimator("supo", adv_lib.supo, "rollout", _supo, keep_rollouts=_supo_keep),
     # Tree-GRPO (tree rollouts, rollout.branches > 0): intra-tree + inter-tree, and each term alone
-    Estimator("tree_grpo", adv_lib.tree_grpo, "rollout", _tree_grpo, ("task_group", *_ROLLOUT)),
-    Estimator("tree_intra", adv_lib.tree_grpo, "rollout", _tree_grpo, ("task_group", *_ROLLOUT), {"inter": 0.0}),
-    Estimator("tree_inter", adv_lib.tree_grpo, "rollout", _tree_grpo, ("task_group", *_ROLLOUT), {"intra": 0.0}),
+    Estimator("tree_grpo", adv_lib.tree_grpo, "rollout"),
+    Estimator("tree_intra", adv_lib.tree_grpo, "rollout", presets={"inter": 0.0}),
+    Estimator("tree_inter", adv_lib.tree_grpo, "rollout", presets={"intra": 0.0}),
 )
 
 

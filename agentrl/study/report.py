@@ -3,7 +3,7 @@
 Per method x seed: held-out success before/after RL (the same ``eval_tasks`` tasks, greedy), tasks
 gained/lost, the paired exact sign test against the baseline arm of the same seed on the same tasks
 (:func:`agentrl.train.trainer.compare_evals`, pooled over seeds too), and the mechanism metrics the
-trainer logs per RL step, aggregated over the run (:data:`MECHANISMS`). Beside success, the held-out
+trainer logs per RL step, aggregated over the run (:func:`mechanism_labels`). Beside success, the held-out
 means of each task's details (the reward, which gives partial credit, and the env's metrics: search's
 F1, WebShop's score), where the runs kept them (runs from before 2026-11-27 did not).
 """
@@ -16,14 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.algos.spec import ESTIMATORS
 from agentrl.train.trainer import compare_evals
 
 # metrics.jsonl key -> what the report calls it; mean over the run's RL steps where logged. Each
-# estimator's diagnostics carry their own labels (agentrl.algos.spec.Estimator.labels/table).
+# estimator's diagnostics carry their own labels (agentrl.algos.spec.Estimator.labels/table):
+# see mechanism_labels().
 MECHANISMS = {
     "env/reward": "train reward",
-    **{key: label for est in ESTIMATORS for key, label in est.labels.items()},
     "loss/clipfrac": "clip fraction",
     "loss/clip_bias_scale": "ST-PPO: clip-bias scale",
     "ctx/main_tokens": "main-thread tokens / episode",
@@ -33,9 +32,32 @@ MECHANISMS = {
     "fold/process_penalty": "process-reward penalty / episode",
     "fold/penalised_tokens": "penalised tokens / episode",
 }
-# shown in report.md's table when any arm has them
-TABLE_MECHANISMS = (*(key for est in ESTIMATORS for key in est.table),
-                    "loss/clipfrac", "ctx/main_tokens", "fold/branches", "fold/process_penalty")  # fmt: skip
+# shown in report.md's table when any arm has them (after the estimators' own table keys)
+TABLE_MECHANISMS = ("loss/clipfrac", "ctx/main_tokens", "fold/branches", "fold/process_penalty")
+
+
+def _estimators() -> list[Any]:
+    """The built-in estimators in their declared order, then any other registered one (yours)."""
+    from agentrl.algos.spec import ESTIMATORS
+    from agentrl.registry import ADVANTAGES
+
+    entries = {est.name: est for est in ESTIMATORS}
+    for name in ADVANTAGES.names():
+        entries.setdefault(name, ADVANTAGES.get(name))
+    return list(entries.values())
+
+
+def mechanism_labels() -> dict[str, str]:
+    """Every mechanism metric the report aggregates -> its label: the registered estimators' own
+    diagnostics (built-in or yours), then the trainer's."""
+    labels = {key: label for est in _estimators() for key, label in getattr(est, "labels", {}).items()}
+    return {"env/reward": MECHANISMS["env/reward"], **labels, **MECHANISMS}
+
+
+def table_mechanisms() -> tuple[str, ...]:
+    """The keys report.md's table shows when any arm has them: the estimators' table keys, then the trainer's."""
+    keys = [key for est in _estimators() for key in getattr(est, "table", ())]
+    return (*dict.fromkeys(keys), *TABLE_MECHANISMS)
 
 
 def rl_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -58,9 +80,9 @@ def eval_failed(run_dir: Path) -> list[float]:
 
 
 def mechanisms(records: list[dict[str, Any]]) -> dict[str, float]:
-    """Means over RL steps of :data:`MECHANISMS`, plus clip-fraction max and grad-norm percentiles."""
+    """Means over RL steps of :func:`mechanism_labels`' keys, plus clip-fraction max and grad-norm percentiles."""
     out: dict[str, float] = {}
-    for key in MECHANISMS:
+    for key in mechanism_labels():
         values = [r[key] for r in records if key in r]
         if values:
             out[key] = float(np.mean(values))
@@ -175,7 +197,8 @@ def _start(row: dict[str, Any]) -> str:
 def report_markdown(results: dict[str, Any]) -> str:
     """report.md: the side-by-side table, then one row per run."""
     methods = results["methods"]
-    shown = [k for k in TABLE_MECHANISMS if any(k in m["mechanisms"] for m in methods.values())]
+    shown = [k for k in table_mechanisms() if any(k in m["mechanisms"] for m in methods.values())]
+    labels = mechanism_labels()
     lines = [
         f"# Study `{results['study']}`" + ("" if results["complete"] else " (incomplete)"),
         "",
@@ -184,7 +207,7 @@ def report_markdown(results: dict[str, Any]) -> str:
         f"Runs finished: {results['runs_finished']}/{results['runs_expected']}. Base config: `{results['base_config']}`.",
         "",
         "| method | overrides | seeds | held-out before | held-out after (per seed) | after, mean | vs baseline: gained / lost (pooled) | sign-test p | "
-        + " | ".join(MECHANISMS[k] for k in shown) + " |",
+        + " | ".join(labels[k] for k in shown) + " |",
         "|" + "---|" * (8 + len(shown)),
     ]  # fmt: skip
     for name, m in methods.items():
@@ -279,4 +302,4 @@ def write_results(study: Any, runs: list[Any]) -> dict[str, Any]:
     return results
 
 
-__all__ = ["MECHANISMS", "collect", "mechanisms", "plot", "report_markdown", "write_results"]
+__all__ = ["MECHANISMS", "collect", "mechanism_labels", "mechanisms", "plot", "report_markdown", "write_results"]

@@ -98,6 +98,19 @@ def producer(name: str, kind: str, shape: str, *, setting: str = "",
     return register
 
 
+def register_producers(producers: tuple[Any, ...], who: str, setting: str) -> None:
+    """Register the producers an objective brings with it (``Estimator.producers``); a name another
+    producer already makes is refused, naming both."""
+    for made in producers:
+        if not isinstance(made, Producer):
+            raise ConfigError(setting, f"{who} lists {made!r} as a producer", "pass agentrl.train.fields.Producer(...) objects")
+        if made.name in BATCH_FIELDS and BATCH_FIELDS.get(made.name) is not made:
+            other = BATCH_FIELDS.get(made.name)
+            raise ConfigError(setting, f"{who} brings a producer of '{made.name}', which the {other.kind} "
+                              f"({other.doc}) already produces", "give the new field its own name")  # fmt: skip
+        BATCH_FIELDS.register(made.name, made, override=True)
+
+
 def field_builder(name: str) -> Callable[[Callable[[StepData], Tensor]], Producer]:
     """Register a batch builder for ``name`` (shape unspecified); see :func:`producer`."""
     return producer(name, "batch builder", "?")

@@ -92,11 +92,16 @@ def _check_producers(config: Any, who: str, needs: tuple[str, ...]) -> None:
 def objective_plan(config: Any) -> ObjectivePlan:
     """Resolve and check ``config.algo`` against the registered objectives and producers."""
     import agentrl.algos  # noqa: F401  (registers the objectives)
-    from agentrl.algos.spec import pairing_problem
+    from agentrl.algos.spec import Estimator, pairing_problem
     from agentrl.registry import ADVANTAGES, LOSSES
+    from agentrl.train.fields import register_producers
 
     algo = config.algo
     estimator = ADVANTAGES.get(algo.advantage, field="algo.advantage")
+    if not isinstance(estimator, Estimator):
+        raise ConfigError("algo.advantage", f"{algo.advantage!r} is a {type(estimator).__name__}, not an estimator",
+                          "declare it with @agentrl.algos.spec.estimator(name, level) on its function")  # fmt: skip
+    register_producers(estimator.producers, f"advantage '{estimator.name}'", "algo.advantage")
     loss = LOSSES.get(algo.loss, field="algo.loss")
     if loss.role != "policy":
         policy = [n for n in LOSSES.names() if LOSSES.get(n).role == "policy"]

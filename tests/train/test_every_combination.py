@@ -20,6 +20,7 @@ import torch
 
 import agentrl
 import agentrl.algos  # noqa: F401  (registers the objectives)
+from agentrl.algos.spec import LEVEL_NEEDS, tensor_parameters
 from agentrl.config import load_config
 from agentrl.errors import ConfigError
 from agentrl.registry import ADVANTAGES, LOSSES
@@ -143,12 +144,16 @@ def run_pair(world, advantage: str, loss_name: str) -> dict[str, float]:
     seen_est: dict[str, tuple[int, ...]] = {}
     seen_loss: list[dict[str, tuple[int, ...]]] = []
 
-    def spy_call(inputs, options):
-        for name, value in inputs.items():
-            spec = BATCH_FIELDS.get(name).shape
-            assert _shape_ok(spec, value, rows, width, len(eps), turns), (advantage, name, spec, value.shape)
-            seen_est[name] = tuple(value.shape)
-        return estimator.call(inputs, options)
+    @functools.wraps(estimator.call)  # same parameters, so the needs derive exactly as for the real one
+    def spy_call(*args, **kwargs):
+        assert not args, args  # the estimator is handed its tensors by name
+        for name in estimator.needs:
+            if name in kwargs:
+                value = kwargs[name]
+                spec = BATCH_FIELDS.get(name).shape
+                assert _shape_ok(spec, value, rows, width, len(eps), turns), (advantage, name, spec, value.shape)
+                seen_est[name] = tuple(value.shape)
+        return estimator.call(**kwargs)
 
     @functools.wraps(loss.fn)  # same signature, so the options resolve exactly as for the real one
     def spy_fn(first, second, target, mask, **kwargs):
@@ -169,7 +174,9 @@ def run_pair(world, advantage: str, loss_name: str) -> dict[str, float]:
         adv, returns, batch = compute_advantages(step)
         metrics = ppo_update(engine, step, batch, adv, returns, ref, rng=torch.Generator().manual_seed(0))
 
-    assert set(seen_est) == set(estimator.needs), (advantage, loss_name)
+    # the function got its own tensors, the level's (row_rollout / turn_id / loss_mask) were read beside it
+    assert set(seen_est) == set(tensor_parameters(estimator.call)), (advantage, loss_name)
+    assert set(seen_est) | set(LEVEL_NEEDS[estimator.level]) == set(estimator.needs), (advantage, loss_name)
     assert seen_loss and all(set(s) == set(plan.loss_needs) for s in seen_loss), (loss_name, seen_loss)
     assert math.isfinite(metrics["loss"]), (advantage, loss_name, metrics)
     assert adv.abs().sum() > 0, (advantage, loss_name)

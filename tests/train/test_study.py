@@ -148,15 +148,18 @@ def test_the_cli_refuses_a_bad_study_with_exit_2(tmp_path):
 # --------------------------------------------------------------------------- mechanism metrics
 def test_the_report_labels_each_estimators_diagnostics_from_the_estimator():
     from agentrl.algos.spec import ESTIMATORS
-    from agentrl.study.report import MECHANISMS, TABLE_MECHANISMS
+    from agentrl.study.report import mechanism_labels, table_mechanisms
 
+    labels, table = mechanism_labels(), table_mechanisms()
     for est in ESTIMATORS:
         assert set(est.table) <= set(est.labels), est.name
         assert all(key.startswith(f"{est.name}/") for key in est.labels), est.name
-        assert {k: MECHANISMS[k] for k in est.labels} == dict(est.labels)
-        assert set(est.table) <= set(TABLE_MECHANISMS)
-    assert MECHANISMS["igpo/ig_nonzero_share"] == "IGPO: share of IG turns with non-zero gain"
-    assert TABLE_MECHANISMS[:4] == ("igpo/ig_nonzero_share", "igpo/ig_nonzero_mean", "empg/scale_p10", "empg/scale_p90")
+        assert {k: labels[k] for k in est.labels} == dict(est.labels)
+        assert set(est.table) <= set(table)
+    assert labels["igpo/ig_nonzero_share"] == "IGPO: share of IG turns with non-zero gain"
+    assert table[:4] == ("igpo/ig_nonzero_share", "igpo/ig_nonzero_mean", "empg/scale_p10", "empg/scale_p90")
+    assert table[4:] == ("loss/clipfrac", "ctx/main_tokens", "fold/branches", "fold/process_penalty")
+    assert list(labels)[0] == "env/reward"
 
 
 def test_igpo_diagnostics_count_the_information_gain_turns():
