@@ -6,6 +6,9 @@ resets it to the current RSS when ``5`` is written to ``/proc/self/clear_refs``;
 it at its start and reads it at its end. The peak of a phase includes what earlier phases left
 resident (the heap keeps freed memory), which is what decides whether the phase fits the machine.
 Elsewhere (no ``/proc``) nothing is logged. Child processes (sandboxes, Ray actors) are not counted.
+The kernel hands the same high-water mark to the parent at exit, so ``/usr/bin/time -v``'s maximum
+RSS shows only what followed the last reset (2.45 GB for a quickstart whose learner peaked at 4.59 GiB):
+read these per-phase figures instead.
 """
 
 from __future__ import annotations
