@@ -58,9 +58,7 @@ OTHER_MEANING = {
     ("agentrl/cluster/services.py", "<module>", "SERVICE_CONCURRENCY"): "requests a shared tool service serves at once",
 }  # fmt: skip
 #: duplicates found and not merged yet, each with why; the scan fails when one is gone (remove it here)
-LEFT = {
-    ("agentrl/eval/chat_agent.py", "__init__", "episode_timeout_s"): "eval's 900 s, also ModelEvalConfig's (EVAL_ROLLOUT)",
-}  # fmt: skip
+LEFT: dict[tuple[str, str, str], str] = {}
 
 
 def _setting_names() -> set[str]:

@@ -41,6 +41,7 @@ from typing import Any
 from agentrl.actions import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, format_tool_call
 from agentrl.env import Task
 from agentrl.errors import ConfigError, EpisodeError
+from agentrl.eval.model_agent import EVAL_ROLLOUT
 from agentrl.rollout.agent import OutOfBudget
 from agentrl.rollout.generators.chat import ChatClient, ChatReply, ContextWindowExceeded
 from agentrl.rollout.generators.http import DeadlineExceeded
@@ -210,7 +211,7 @@ class ChatAgent:
         system_prompt: str,
         tools: list[dict[str, Any]] | Callable[[], list[dict[str, Any]]],
         protocol: str = "native",
-        episode_timeout_s: float = 900.0,
+        episode_timeout_s: float = EVAL_ROLLOUT.episode_timeout_s,
         timeout_setting: str = "--episode-timeout-s",
         transcripts: list[dict[str, Any]] | None = None,
         episode_id: str = "",
