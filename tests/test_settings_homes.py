@@ -155,8 +155,8 @@ def test_the_same_setting_has_one_default_across_the_sections():
 
 
 def test_ray_settings_take_the_env_sections_defaults():
-    from agentrl.config import EnvConfig
     from agentrl.cluster.remote_env import RaySettings
+    from agentrl.config import EnvConfig
 
     assert RaySettings() == RaySettings.from_env(EnvConfig())
 
