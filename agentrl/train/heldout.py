@@ -73,11 +73,11 @@ def make_evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: M
         details = {ep.task_id: eval_details(ep) for ep in episodes}
         means = held_out_means(details, outcomes)
         per_env = {}
-        for name in names or ():  # eval/<name>/success, eval/<name>/outcome, eval/<name>/failed
-            mine = {t: v for t, v in outcomes.items() if t.startswith(f"{name}/")}
-            per_env |= {f"eval/{name}/success": float(np.mean(list(mine.values()))) if mine else 0.0,
-                        f"eval/{name}/failed": float(sum(ep.failed for ep in episodes if ep.task_id.startswith(f"{name}/")))}  # fmt: skip
-            per_env |= {(f"eval/{name}/outcome" if k == "outcome" else f"eval/{name}/metric/{k}"): v
+        for env in names or ():  # eval/<env>/success, eval/<env>/outcome, eval/<env>/failed
+            mine = {t: v for t, v in outcomes.items() if t.startswith(f"{env}/")}
+            per_env |= {f"eval/{env}/success": float(np.mean(list(mine.values()))) if mine else 0.0,
+                        f"eval/{env}/failed": float(sum(ep.failed for ep in episodes if ep.task_id.startswith(f"{env}/")))}  # fmt: skip
+            per_env |= {(f"eval/{env}/outcome" if k == "outcome" else f"eval/{env}/metric/{k}"): v
                         for k, v in held_out_means(details, mine).items()}  # fmt: skip
         logger.log(step, {"eval/success": float(np.mean(list(outcomes.values()))) if outcomes else 0.0,
                           "eval/failed": float(sum(ep.failed for ep in episodes)), "eval/replayed": float(replayed),

@@ -28,7 +28,8 @@ class Rollouts:
         # an unset budget is the env's registration's (agentrl.config.resolve_env_budgets)
         self.env_kwargs = {**{k: v for k, v in budgets.items() if v is not None}, **env_cfg.kwargs}
         self.make_env = lambda: agentrl.make(env_cfg.id, **self.env_kwargs)
-        self.episode_env = episode_envs(env_cfg, self.env_kwargs, self.make_env)  # local or Ray actors
+        # local, or Ray actors sized to the cluster for rollout.concurrency episodes before any is made
+        self.episode_env = episode_envs(env_cfg, self.env_kwargs, self.make_env, config.rollout.concurrency)
         self._budget_envs: dict[int | None, Any] = {env_cfg.max_turns: self.episode_env}  # horizon curriculum
         probe = self.make_env()
         self.train_tasks = list(probe.unwrapped.load_tasks(env_cfg.split))
@@ -64,7 +65,7 @@ class Rollouts:
             kwargs = {**self.env_kwargs, "max_turns": max_turns}
             env_id = self.config.env.id
             self._budget_envs[max_turns] = episode_envs(
-                self.config.env, kwargs, lambda: agentrl.make(env_id, **kwargs)
+                self.config.env, kwargs, lambda: agentrl.make(env_id, **kwargs), self.config.rollout.concurrency
             )
         return self._budget_envs[max_turns]
 

@@ -145,6 +145,9 @@ def test_a_mixture_trains_on_ray_with_each_family_on_its_node_as_it_does_locally
     assert (resolved["placement"], resolved["ray_address"]) == ("ray", family_nodes.address)
     assert [e["ray_resources"] for e in resolved["mixture"]] == [{"searchnode": 0.1}, {"sqlnode": 0.1}]
 
+    # the placement is sized to the cluster before any actor is made, and said (one line per actor pool)
+    placed = [x for x in proc.stderr.splitlines() if x.startswith("[ray] ") and "episode(s) at once" in x]
+    assert placed and all("they fit" in x for x in placed), proc.stderr[-3000:]
     # both oracles solved their task in the remote envs (retrieval; SQL queries in the sql node's pool)
     assert "warm-up demonstrations:  episode 2/2  success=1" in proc.stdout, proc.stdout
     # per-env metrics for each family every RL step; held-out eval per env before and after
