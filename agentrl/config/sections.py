@@ -330,6 +330,8 @@ class TrainConfig:
     """Sampling temperature of held-out evaluation (0 = greedy)."""
     num_threads: int = setting(0, eval="optimisation and bookkeeping: training only")
     """torch CPU threads (0 = torch's default); 1 is fastest when other processes share the cores."""
+    kernel_cache: int = setting(0, eval="optimisation and bookkeeping: training only")
+    """Entries kept by each of oneDNN's primitive cache and PyTorch's oneDNN (ideep) cache on CPU (0: the libraries' default, 1024 each). A bfloat16 matmul keeps a packed copy of its weight per input shape, so every new sequence length adds ~2 MB per linear layer until the caches are full: the quickstart's warm-up peak is 3.33 GiB with the defaults and 2.66 GiB with 64, same results, but a capped cache re-creates the kernels a decode keeps reusing (measure it: benchmarks/bench_kernel_cache.py). ONEDNN_PRIMITIVE_CACHE_CAPACITY / LRU_CACHE_CAPACITY already set in the environment win (said at start)."""
     trainable_layers: int = setting(0, eval="optimisation and bookkeeping: training only")
     """Full fine-tuning of only the top N transformer blocks and final norm (0 = every weight); cuts backward cost on CPU."""
     seed: int = setting(0, eval="training streams (held-out evals sample from their own seed)")
@@ -393,6 +395,9 @@ class TrainConfig:
                               "use the share of held-out episodes that may crash (0: none)")  # fmt: skip
         if self.ppo_epochs < 1:
             raise ConfigError(f"{prefix}.ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
+        if self.kernel_cache < 0:
+            raise ConfigError(f"{prefix}.kernel_cache", f"must be >= 0, got {self.kernel_cache}",
+                              "use 0 for the libraries' defaults (1024 entries each)")  # fmt: skip
         if self.sft_temperature is not None and not self.sft_temperature > 0:
             raise ConfigError(
                 f"{prefix}.sft_temperature",

@@ -32,7 +32,7 @@ from agentrl.train.engines import make_engine, world
 from agentrl.train.heldout import check_shared_eval, compare_evals, held_out_means, make_evaluator
 from agentrl.train.igscore import GoldAnswerScorer, learner_continuation_scorer
 from agentrl.train.learner import build_policy
-from agentrl.train.memory import PhasePeaks
+from agentrl.train.memory import PhasePeaks, cap_kernel_caches
 from agentrl.train.metrics import MetricsLogger
 from agentrl.train.plan import objective_plan
 from agentrl.train.precision import Decision, resolve_bf16
@@ -131,6 +131,7 @@ class Trainer:
             torch.set_num_threads(declared.train.num_threads)
         seed_everything(declared.train.seed, strict=declared.train.deterministic)
         progress = RunProgress(out_dir, enabled=rank0, append=self.resume_from is not None)
+        progress.print(cap_kernel_caches(declared.train.kernel_cache))  # before the first matmul
         if not declared.env.mixture:  # a mixture's per-env budgets are in its lines below
             progress.print(f"env: {declared.env.id} max_turns={declared.env.max_turns} max_obs_chars="
                            f"{declared.env.max_obs_chars} (unset in the config: the env's registration)")  # fmt: skip
