@@ -53,7 +53,7 @@ def test_train_through_a_pipe_prints_every_phase_and_records_the_auto_precision(
     )
     assert len(decision) == 1, proc.stdout
     assert having(r"model load:  done in ")
-    assert having(r"kernel caches: the libraries' defaults \(train\.kernel_cache=0\)")
+    assert having(r"kernel caches: 64 entries each in oneDNN's and PyTorch's \(train\.kernel_cache\)$")  # the quickstart's
     # a tree (root + 1 branch) is one RL micro-batch whatever train.micro_batch_size=1 says: said, not silent
     assert having(r"learner: RL micro-batches are whole trees of 2 episodes .* above train\.micro_batch_size=1,")
     assert having(r"warm-up demonstrations:  episode 2/2  success=1  done in ")
