@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from typing import Any
 
 from agentrl.env import Task
@@ -21,7 +22,7 @@ def stable_coin(task_id: str) -> bool:
     return bool(int(hashlib.sha256(task_id.encode()).hexdigest()[:4], 16) % 2)
 
 
-class TurnScript:
+class TurnScript(ABC):
     """``reset(task)`` then ``act(observation) -> action text`` until the episode ends; a subclass
     writes turn ``n`` (1-based) in :meth:`turn_action`."""
 
@@ -39,5 +40,6 @@ class TurnScript:
         self.turn += 1
         return self.turn_action(self.task, self.turn, observation)
 
+    @abstractmethod
     def turn_action(self, task: Task, turn: int, observation: str) -> str:
-        raise NotImplementedError
+        """The action text of turn ``turn`` (1-based), given the last observation."""

@@ -12,18 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_train_cli import SHORT as CLI_SHORT
 
 from agentrl.algos.spec import Estimator, estimator
 from agentrl.registry import ADVANTAGES
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
-SHORT = [
-    "train.steps=1", "train.sft_warmup_steps=1", "train.sft_demos=2", "train.sft_batch_size=1",
-    "train.micro_batch_size=1", "train.minibatch_size=2", "train.eval_episodes=1", "train.resume=false",
-    "train.trainable_layers=2", "train.num_threads=1", "rollout.tasks_per_step=1", "rollout.group_size=1",
-    "rollout.branches=1", "rollout.concurrency=2", "rollout.max_new_tokens=16", "algo.dynamic_sampling=false",
-]  # fmt: skip
+SHORT = [*CLI_SHORT, "train.num_threads=1"]  # the quickstart made CI-sized, as tests/train/test_train_cli.py
 
 # what a user writes: the function's parameters are the batch fields it reads (``rollout_turns`` is
 # new, so the estimator brings its producer) and its options
