@@ -45,26 +45,11 @@ RAY = ["env.placement=ray", "env.num_cpus_per_env=0.01", "env.envs_per_actor=2",
 
 
 @pytest.fixture(scope="module")
-def family_nodes():
+def family_nodes(cluster_of_two):
     """Two nodes, one per family: the head (1 CPU) labelled ``searchnode``, the other (1 CPU) ``sqlnode``.
     Only the processes this fixture started are stopped (never ``ray stop``)."""
-    ray = pytest.importorskip(
-        "ray", reason="ray is not installed: pip install 'agentrl[ray]' (CI installs it)"
-    )
-    from ray.cluster_utils import Cluster
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "include_dashboard": False, "resources": {"searchnode": 1}},
-    )
-    cluster.add_node(num_cpus=1, resources={"sqlnode": 1})
-    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
-    try:
+    with cluster_of_two({"searchnode": 1}, {"sqlnode": 1}) as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 def _train(out: Path, config: Path, model: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
