@@ -101,6 +101,22 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(f"AGENTRL_REQUIRE_VLLM=1 but vLLM is missing: {_vllm()}")
 
 
+@pytest.fixture(autouse=True)
+def _kernel_cache_env():
+    """A trainer run in this process sets the kernel-cache variables (train.kernel_cache) for good, as
+    it must before the first matmul; put them back after each test, so a later ``agentrl train``
+    subprocess does not inherit them and report them as the user's environment."""
+    from agentrl.train.memory import KERNEL_CACHES
+
+    before = {name: os.environ.get(name) for name in KERNEL_CACHES}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
 def sandbox_backend() -> str:
     """The backend ``auto`` picks (Docker when an engine answers, else bubblewrap); skips when none works
