@@ -55,6 +55,8 @@ class RunStats:
     env_s: float = 0.0
     generate_calls: int = 0
     lockstep_cut: int = 0  # lock-step batches that went ahead without every episode (see Batcher)
+    prompt_tokens: int = 0  # prompt tokens the generator prefilled, the whole prompt of each call
+    reused_prompt_tokens: int = 0  # of them, read from its prefix cache (rollout.prefix_cache_tokens)
     process: dict[str, float] = field(default_factory=dict)  # summed "process/*" episode counts
 
     def merge(self, other: RunStats) -> RunStats:
@@ -82,7 +84,7 @@ class RunStats:
             "rollout/watchdog_fired": float(self.watchdog_fired),
             "rollout/lockstep_cut": float(self.lockstep_cut),
             "perf/rollout_wall_s": self.wall_s,
-        }
+        } | ({"perf/prefix_reused_share": self.reused_prompt_tokens / self.prompt_tokens} if self.prompt_tokens else {})
 
 
 @dataclass
@@ -378,6 +380,7 @@ class Runner:
         if self.generator is not None:
             # the learner may have changed the weights in place since the last run
             self.generator.reset_cache()
+        asked0, reused0 = self.generator.prefix_reuse() if self.generator is not None else (0, 0)
         make_policy = self.policy_factory or (lambda: ModelPolicy(batcher.submit))  # type: ignore[union-attr]
         executor = ThreadPoolExecutor(max_workers=cfg.concurrency + 4, thread_name_prefix="agentrl-env")
         semaphore = asyncio.Semaphore(cfg.concurrency)
@@ -420,6 +423,9 @@ class Runner:
                 _close_quietly(trunk)
             if batcher is not None:
                 await batcher.stop()
+                asked, reused = self.generator.prefix_reuse()  # type: ignore[union-attr]
+                self.stats.prompt_tokens += asked - asked0
+                self.stats.reused_prompt_tokens += reused - reused0
                 self.generator.reset_cache()  # type: ignore[union-attr]  (frees the K/V memory)
             executor.shutdown(wait=False, cancel_futures=True)
         self.stats.wall_s = time.perf_counter() - t0

@@ -396,3 +396,31 @@ def test_rows_repeating_a_prompt_share_its_kv_and_sample_as_alone(tiny, tokenize
     # at least its own prompt + tokens but the last (a row repeating an earlier row's ids reuses more)
     own = sum(len(p) + len(o.ids) - 1 for p, o in zip(prompts, a, strict=True))
     assert own <= shared.prefix_cache.reused_tokens - reused <= own + len(nxt) * len(bridge)
+
+
+def test_a_run_reports_the_share_of_prompt_tokens_read_from_the_prefix_cache(tiny, tokenizer):
+    """perf/prefix_reused_share: each turn after the first finds the previous turn's prompt and
+    sampled ids but the last (never fed) in the cache; the first finds nothing."""
+    from agentrl.rollout.runner import RunStats, run_episodes
+    from agentrl.rollout.settings import RolloutConfig
+
+    from .toy import make_lookup_env
+
+    settings = RolloutConfig(max_new_tokens=12, concurrency=1, group_size=1)
+    stats = RunStats()
+    (episode,) = run_episodes(lambda: make_lookup_env(max_turns=3), ["k3"], HFGenerator(tiny, tokenizer),
+                              tokenizer, settings, stats=stats, progress=False)  # fmt: skip
+    segment = episode.segments[0]
+    assert len(segment.turns) == 3  # a random tiny model never answers
+    prompts, reused, ids = [], [], list(segment.prompt_ids)
+    for turn in segment.turns:
+        prompts.append(len(ids))
+        reused.append(0 if not reused else prompts[-2] + len(previous.output_ids) - 1)
+        ids += turn.output_ids + turn.obs_ids
+        previous = turn
+    assert (stats.prompt_tokens, stats.reused_prompt_tokens) == (sum(prompts), sum(reused))
+    assert stats.as_metrics()["perf/prefix_reused_share"] == sum(reused) / sum(prompts)
+    off = RunStats()
+    run_episodes(lambda: make_lookup_env(max_turns=3), ["k3"], HFGenerator(tiny, tokenizer, prefix_cache_tokens=0),
+                 tokenizer, settings, stats=off, progress=False)  # fmt: skip
+    assert off.prompt_tokens == 0 and "perf/prefix_reused_share" not in off.as_metrics()

@@ -209,6 +209,11 @@ class Generator(ABC):
         """Drop cached state derived from the weights (prefix K/V); the runner calls it per run."""
         return None
 
+    def prefix_reuse(self) -> tuple[int, int]:
+        """``(prompt tokens prefilled, of them read from a prefix cache)`` since the generator was
+        made; ``(0, 0)`` where the backend keeps no prefix cache of its own."""
+        return 0, 0
+
     def close(self) -> None:
         """Release resources (servers, clients); the default holds none."""
         return None

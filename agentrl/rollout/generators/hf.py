@@ -397,6 +397,10 @@ class HFGenerator(Generator):
             with self._lock:
                 self.prefix_cache.clear()
 
+    def prefix_reuse(self) -> tuple[int, int]:
+        cache = self.prefix_cache
+        return (cache.asked_tokens, cache.reused_tokens) if cache is not None else (0, 0)
+
     # ------------------------------------------------------------------ weights
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         params = dict(self.model.named_parameters())

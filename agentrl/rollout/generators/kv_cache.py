@@ -49,7 +49,8 @@ class PrefixCache:
         )
         self.tokens = 0
         self.hits = 0
-        self.reused_tokens = 0
+        self.asked_tokens = 0  # prompt tokens looked up (every prefilled row's whole prompt)
+        self.reused_tokens = 0  # of them, read from the cache instead of prefilled
         self._next = 0
 
     def find(
@@ -85,6 +86,7 @@ class PrefixCache:
         ``pinned``: ``(length, views)`` found earlier (see :meth:`find`), used when no entry searched
         now shares more; ``among``: search only these keys (those stored since ``pinned`` was found:
         older entries were searched then)."""
+        self.asked_tokens += len(prompt)
         key, n = self.find(prompt, among)
         if key is not None and n > pinned[0]:
             self.entries.move_to_end(key)
