@@ -12,6 +12,11 @@ machine is shared).
     python benchmarks/bench_serve.py                  # 64 new tokens, levels 1 8 32
     python benchmarks/bench_serve.py --quick          # 8 new tokens, levels 1 8
     python benchmarks/bench_serve.py --levels 8 --stagger 2   # requests arriving while others decode
+    python benchmarks/bench_serve.py --equal-lengths  # every request decodes max_tokens (vLLM's ignore_eos)
+
+Equal lengths (``--equal-lengths``: ``ignore_eos`` sent, or ``--min-tokens N``: ``min_tokens``) make
+the wall-time ratio of an N-concurrent wave to the lone request a fair one: without them a request
+that meets EOS early ends early, and the lone request may decode far fewer tokens than the wave.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ ASK = "Count from 1 to 200, separated by commas."
 
 
 async def wave(
-    url: str, concurrency: int, max_tokens: int, stagger: float = 0.0
+    url: str, concurrency: int, max_tokens: int, stagger: float = 0.0, extra: dict | None = None
 ) -> tuple[list[float], int, float]:
     """``concurrency`` streamed chats, started together (``stagger`` 0) or ``stagger`` seconds
     apart: time to first token per request (from its own start), tokens in all, the wave's wall
@@ -54,6 +59,7 @@ async def wave(
             max_tokens=max_tokens,
             stream=True,
             stream_options={"include_usage": True},
+            extra_body=extra or None,
         )
         async for chunk in stream:
             if first is None and chunk.choices and chunk.choices[0].delta.content:
@@ -83,7 +89,13 @@ def main() -> None:
         help="seconds between request starts within a wave (0: all at once; >0: requests arrive "
         "while others decode, which is what continuous batching changes)",
     )
+    p.add_argument(
+        "--equal-lengths", action="store_true", help="send ignore_eos: every request decodes max_tokens"
+    )
+    p.add_argument("--min-tokens", type=int, default=0, help="send min_tokens (no EOS before it)")
     args = p.parse_args()
+    extra = {**({"ignore_eos": True} if args.equal_lengths else {}),
+             **({"min_tokens": args.min_tokens} if args.min_tokens else {})}  # fmt: skip
     max_tokens = args.max_tokens or (8 if args.quick else 64)
     levels = args.levels or ([1, 8] if args.quick else [1, 8, 32])
     print(f"load average before: {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}")
@@ -95,7 +107,7 @@ def main() -> None:
         with BackgroundServer(build_app(generator, tokenizer, "smollm2-135m", batching=mode)) as server:
             asyncio.run(wave(server.url, 1, 4))  # warm-up
             for level in levels:
-                firsts, tokens, wall = asyncio.run(wave(server.url, level, max_tokens, args.stagger))
+                firsts, tokens, wall = asyncio.run(wave(server.url, level, max_tokens, args.stagger, extra))
                 measured[mode, level] = (
                     tokens / wall,
                     percentile(firsts, 50),
@@ -103,7 +115,9 @@ def main() -> None:
                     wall,
                 )
                 print(f"  {mode} x{level}: {tokens / wall:.2f} tok/s, TTFT p50 {percentile(firsts, 50):.2f} s "
-                      f"p99 {percentile(firsts, 99):.2f} s, wall {wall:.1f} s", flush=True)  # fmt: skip
+                      f"p99 {percentile(firsts, 99):.2f} s, wall {wall:.1f} s, {tokens / level:.1f} tokens "
+                      f"per request" + (f", wall {wall / measured[mode, levels[0]][3]:.2f}x the "
+                      f"{levels[0]}-request wave's" if level != levels[0] else ""), flush=True)  # fmt: skip
     for mode in args.modes:
         one_wall = measured[mode, levels[0]][3]
         for level in levels:
@@ -116,11 +130,13 @@ def main() -> None:
                             f"static, {level} concurrent" if base else None, base[1] if base else None))  # fmt: skip
             rows.append(Row(f"{mode}, {level} concurrent: TTFT p99", p99, "s",
                             f"static, {level} concurrent" if base else None, base[2] if base else None))  # fmt: skip
-            if level != levels[0]:
+            if level != levels[0]:  # the ratio column: this wave's wall time over the first level's
                 rows.append(Row(f"{mode}, {level} concurrent: wave wall time", wall, "s",
-                                f"{mode}, {levels[0]} request", one_wall))  # fmt: skip
+                                f"{mode}, {levels[0]} concurrent wall", one_wall))  # fmt: skip
     load = os.getloadavg()
     arrival = f"requests {args.stagger:g} s apart" if args.stagger else "requests at once"
+    if extra:
+        arrival += ", " + ", ".join(f"{k}={v}" for k, v in extra.items())
     print_table(
         rows,
         f"agentrl serve (built-in SmolLM2, greedy, {max_tokens} new tokens, {arrival}; load average after "

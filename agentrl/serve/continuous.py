@@ -30,7 +30,7 @@ from agentrl.rollout.batcher import RequestCallback
 from agentrl.rollout.generators.base import GenerationOutput, SamplingParams, check_fits, check_prompts
 from agentrl.rollout.generators.hf import HFGenerator, left_pad
 from agentrl.rollout.generators.kv_cache import roomy_cache
-from agentrl.rollout.generators.sampling import sample_next, top_pairs
+from agentrl.rollout.generators.sampling import hold_stops, sample_next, stop_set, top_pairs
 
 
 @dataclass
@@ -43,6 +43,7 @@ class _Row:
     future: asyncio.Future = field(repr=False)
     loop: asyncio.AbstractEventLoop = field(repr=False)
     rng: torch.Generator | None = field(default=None, repr=False)
+    stops: frozenset[int] = frozenset()  # ids that end it (EOS unless ignore_eos, its stop ids)
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     entropy: list[float] = field(default_factory=list)
@@ -98,6 +99,7 @@ class ContinuousBatcher:
         check_fits(len(prompt), sampling.max_new_tokens, self.generator.max_positions)
         loop = asyncio.get_running_loop()
         row = _Row(list(prompt), sampling, on_token, loop.create_future(), loop)
+        row.stops = frozenset(stop_set(sampling, self.generator.stop_ids))
         if sampling.seed is not None:
             row.rng = torch.Generator().manual_seed(sampling.seed)
         with self._lock:
@@ -232,8 +234,8 @@ class ContinuousBatcher:
         self._next = torch.cat([self._next, tokens])
 
     def _sample(self, rows: list[_Row], logits: torch.Tensor) -> list[int]:
-        """Sample one token per row (each with its own parameters), record it, and return the
-        indices of the rows that go on."""
+        """Sample one token per row (each with its own parameters; no stop id before its
+        ``min_tokens``), record it, and return the indices of the rows that go on."""
         gen = self.generator
         tokens = [0] * len(rows)
         logps = [0.0] * len(rows)
@@ -248,6 +250,12 @@ class ContinuousBatcher:
             part = (
                 logits if len(members) == len(rows) else logits[torch.tensor(members, device=logits.device)]
             )
+            held: dict[frozenset[int], list[int]] = {}  # rows short of min_tokens, by their stop ids
+            for j, i in enumerate(members):
+                if len(rows[i].ids) < rows[i].sampling.min_tokens:
+                    held.setdefault(rows[i].stops, []).append(j)
+            for stops, js in held.items():
+                part = hold_stops(part, js, stops)
             tok, logp, ent, dist = sample_next(part, sampling, rngs)
             k = max(rows[i].sampling.top_logprobs for i in members)
             top = top_pairs(dist, k)
@@ -266,7 +274,7 @@ class ContinuousBatcher:
                 row.top.append(tops[i])
             row.batch = max(row.batch, len(rows))
             ended = row.on_token(tokens[i], logps[i], tops[i]) if row.on_token is not None else False
-            if tokens[i] in gen.stop_ids or tokens[i] in row.sampling.stop_ids or ended:
+            if tokens[i] in row.stops or ended:
                 row.reason = "stop"
                 self._finish(row, None)
             elif len(row.ids) >= row.sampling.max_new_tokens:

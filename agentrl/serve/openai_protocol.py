@@ -5,8 +5,9 @@
 cannot honour: an unknown field, a value out of range, or a feature this server does not implement
 (penalties, ``logit_bias``, ``response_format``, ``echo``, ``suffix``, ``best_of``) - never
 silently ignored. vLLM's extensions are accepted: ``top_k``, ``stop_token_ids``,
-``skip_special_tokens``, ``return_token_ids``, ``return_tokens_as_token_ids``; agentrl adds
-``return_entropy``.
+``skip_special_tokens``, ``return_token_ids``, ``return_tokens_as_token_ids``, ``min_tokens`` (no
+EOS, stop token id or stop string ends a choice before it has that many tokens) and ``ignore_eos``
+(EOS does not end it; stop token ids and strings still do); agentrl adds ``return_entropy``.
 
 Log-probs are the sampler's: ``log_softmax(logits / T)`` of each token (T = 1 when greedy), the
 convention of :mod:`agentrl.rollout.generators.base`.
@@ -28,7 +29,7 @@ _COMMON = {
     "model", "n", "stream", "stream_options", "stop", "stop_token_ids", "seed", "temperature", "top_p",
     "top_k", "max_tokens", "logprobs", "user", "presence_penalty", "frequency_penalty", "logit_bias",
     "return_token_ids", "return_tokens_as_token_ids", "return_entropy", "skip_special_tokens",
-    "metadata", "store", "service_tier",
+    "metadata", "store", "service_tier", "min_tokens", "ignore_eos",
 }  # fmt: skip
 KNOWN = {
     "chat": _COMMON | {
@@ -152,6 +153,15 @@ def parse_params(body: dict[str, Any], kind: str, default_max_tokens: int) -> Re
     options = body.get("stream_options")
     if options is not None and (not stream or not isinstance(options, dict)):
         raise ApiError(400, "stream_options needs stream: true and must be an object", "stream_options")
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise ApiError(400, f"ignore_eos must be true or false, got {ignore_eos!r}", "ignore_eos")
+    min_tokens = _int(body, "min_tokens", 0, 0) or 0
+    if min_tokens > int(max_tokens or default_max_tokens):
+        raise ApiError(
+            400, f"min_tokens must be <= {max_key} ({max_tokens or default_max_tokens}), got {min_tokens}",
+            "min_tokens",
+        )  # fmt: skip
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ApiError(400, f"seed must be an integer, got {seed!r}", "seed")
@@ -165,6 +175,8 @@ def parse_params(body: dict[str, Any], kind: str, default_max_tokens: int) -> Re
             seed=seed,
             return_entropy=bool(body.get("return_entropy", False)),
             top_logprobs=top,
+            min_tokens=min_tokens,
+            ignore_eos=ignore_eos,
         )
     except ConfigError as exc:
         raise ApiError(400, str(exc), exc.field.rsplit(".", 1)[-1]) from exc

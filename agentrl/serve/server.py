@@ -9,7 +9,9 @@ with ``stream_options.include_usage``), ``n``, stop strings and stop token ids, 
 Completions also follow vLLM's token-id conventions so that an RL client never re-tokenizes:
 ``prompt`` may be a list of token ids; ``return_tokens_as_token_ids`` spells tokens as
 ``"token_id:123"``; ``return_token_ids`` adds ``choices[i].token_ids``; ``stop_token_ids`` and
-``top_k`` are accepted; the extra ``return_entropy`` adds ``choices[i].entropy``. Requests (and
+``top_k`` are accepted; the extra ``return_entropy`` adds ``choices[i].entropy``. Streamed, each
+chunk's ``token_ids`` are its own tokens, and a completions choice's ``entropy`` (one per token)
+comes in its finish chunk. Requests (and
 the ``n`` samples of one) are batched continuously: a request that arrives while others decode
 joins their batch at the next step (:mod:`agentrl.serve.continuous`); tokens reach a stream as
 they are sampled. A request longer than the model's positions is refused alone (400). GPU serving is vLLM's own server: :mod:`agentrl.serve.vllm_server`.
@@ -79,6 +81,7 @@ class _Job:
                     max_calls=chat.max_calls if chat else None,
                     emit=emit if params.stream else None,
                     skip_special_tokens=params.skip_special_tokens,
+                    min_tokens=params.sampling.min_tokens,
                 )
             )
         self.tasks = [
@@ -195,6 +198,9 @@ class _Server:
             raise ApiError(
                 400, f"the {self.generator.name} generator cannot return top_logprobs", "top_logprobs"
             )
+        for key in ("min_tokens", "ignore_eos"):
+            if getattr(params.sampling, key) and not getattr(self.generator, "supports_min_tokens", False):
+                raise ApiError(400, f"the {self.generator.name} generator does not take {key}", key)
         return body, params, model
 
     def fit_context(
@@ -210,7 +216,7 @@ class _Server:
         asked = body.get("max_completion_tokens", body.get("max_tokens"))
         new_tokens = params.sampling.max_new_tokens
         if asked is None and longest < limit:
-            new_tokens = min(new_tokens, limit - longest)
+            new_tokens = max(min(new_tokens, limit - longest), params.sampling.min_tokens)
         if longest + new_tokens > limit:
             raise ApiError(
                 400,
@@ -345,8 +351,11 @@ class _Server:
                 if isinstance(item, GenerationOutput):
                     outputs[index] = item
                     reason = job.finish_reason(index, item, chat)
-                    yield chunk([{"index": index, **({"delta": {}} if chat else {"text": ""}), "logprobs": None,
-                                  "finish_reason": reason}])  # fmt: skip
+                    last = {"index": index, **({"delta": {}} if chat else {"text": ""}), "logprobs": None,
+                            "finish_reason": reason}  # fmt: skip
+                    if not chat and job.params.return_entropy and item.entropy is not None:
+                        last["entropy"] = list(item.entropy)  # the choice's, one per token (see the doc)
+                    yield chunk([last])
                     continue
                 if not (item.content or item.tool_calls or item.tokens):
                     continue
@@ -371,6 +380,8 @@ class _Server:
                         "logprobs": logprobs,
                         "finish_reason": None,
                     }
+                if job.params.return_token_ids:  # vLLM's streamed token_ids: this chunk's tokens
+                    choice["token_ids"] = [t.id for t in item.tokens]
                 yield chunk([choice])
             else:
                 if job.params.include_usage:

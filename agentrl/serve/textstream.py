@@ -69,6 +69,7 @@ class ChoiceStream:
             function, ``parallel_tool_calls: false``).
         emit: called with each :class:`Delta` as it becomes final (streaming); may be None.
         skip_special_tokens: leave special tokens out of the text (vLLM's default).
+        min_tokens: stop strings are looked for once the choice has this many tokens (vLLM's rule).
     """
 
     def __init__(
@@ -82,6 +83,7 @@ class ChoiceStream:
         max_calls: int | None = None,
         emit: Callable[[Delta], None] | None = None,
         skip_special_tokens: bool = True,
+        min_tokens: int = 0,
     ):
         self.tokenizer = tokenizer
         self.stop = tuple(stop)
@@ -90,6 +92,7 @@ class ChoiceStream:
         self.max_calls = max_calls
         self.emit = emit
         self.skip_special_tokens = skip_special_tokens
+        self.min_tokens = min_tokens
         self.text = prefix_text
         self.generated_from = len(prefix_text)  # stop strings are searched from here on
         self.tokens: list[TokenInfo] = []
@@ -143,7 +146,7 @@ class ChoiceStream:
         start = len(self.text)
         self.text += after[len(before) :]
         self._prefix_offset, self._read_offset = self._read_offset, len(ids)
-        if self.stop:
+        if self.stop and len(self.tokens) >= self.min_tokens:
             longest = max(len(s) for s in self.stop)
             window = max(self.generated_from, start - longest + 1)
             hits = [at for at in (self.text.find(s, window) for s in self.stop) if at >= 0]

@@ -59,6 +59,10 @@ class SamplingParams:
     seed: int | None = None
     return_entropy: bool = True
     top_logprobs: int = 0  # also report the k most likely tokens at each step (0 = off)
+    #: vLLM's extensions, in-process (hf) engine only: no stop id (EOS or ``stop_ids``) is sampled
+    #: before this many tokens; ``ignore_eos``: the EOS ids do not end the turn (``stop_ids`` still do)
+    min_tokens: int = 0
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -69,6 +73,9 @@ class SamplingParams:
             raise ConfigError("rollout.top_p", f"must be in (0, 1], got {self.top_p}")
         if not 0 <= self.top_logprobs <= 20:
             raise ConfigError("top_logprobs", f"must be in [0, 20], got {self.top_logprobs}")
+        if not 0 <= self.min_tokens <= self.max_new_tokens:
+            bounds = f"[0, max tokens = {self.max_new_tokens}]"
+            raise ConfigError("min_tokens", f"must be in {bounds}, got {self.min_tokens}")
 
     @property
     def greedy(self) -> bool:
@@ -144,6 +151,8 @@ class Generator(ABC):
     supports_streaming: bool = False
     #: Whether ``generate`` honours ``SamplingParams.top_logprobs``.
     supports_top_logprobs: bool = False
+    #: Whether ``generate`` honours ``SamplingParams.min_tokens`` and ``ignore_eos``.
+    supports_min_tokens: bool = False
     #: Whether one in-process engine decodes every episode's requests together: an episode's wait
     #: for it then measures the whole wave's load, not the episode, and ``rollout.episode_timeout_s``
     #: does not count it. False for remote servers, whose requests are each an episode's own.

@@ -27,7 +27,7 @@ from agentrl.rollout.generators.base import (
 from agentrl.rollout.generators.batch_rows import PaddedRows, SharedPromptRows, decode_rows
 from agentrl.rollout.generators.head import last_logits, packed_head_for
 from agentrl.rollout.generators.kv_cache import PrefixCache, left_pad, left_padded_cache, roomy_cache
-from agentrl.rollout.generators.sampling import sample_next, top_pairs
+from agentrl.rollout.generators.sampling import hold_stops, sample_next, stop_set, top_pairs
 
 #: Prompts whose suffix past a cached prefix is at most this many tokens are prefilled together, in
 #: one forward over the batch (a tree branch's last observation, a short tool result): alone, each
@@ -67,6 +67,7 @@ class HFGenerator(Generator):
     supports_row_seeds = True
     supports_streaming = True
     supports_top_logprobs = True
+    supports_min_tokens = True
 
     def __init__(
         self,
@@ -171,7 +172,8 @@ class HFGenerator(Generator):
         quarter of it has (their cache rows are dropped), so the rest decode at a smaller batch."""
         t0 = time.perf_counter()
         device = self.device
-        stop = torch.tensor(sorted(self.stop_ids | set(sampling.stop_ids)), device=device)
+        stops = stop_set(sampling, self.stop_ids)
+        stop = torch.tensor(sorted(stops), dtype=torch.long, device=device)
         batch = len(prompts)
         state = decode_rows(self, prompts, sampling.max_new_tokens)
         logits = state.logits
@@ -184,6 +186,8 @@ class HFGenerator(Generator):
         rows = list(range(batch))  # prompt index of each row still in the batch
         finished = [False] * batch  # per row of the current batch
         for step in range(sampling.max_new_tokens):
+            if step < sampling.min_tokens:
+                logits = hold_stops(logits, range(len(rows)), stops)
             tokens, logp, entropy, dist = sample_next(logits, sampling, [rngs[b] for b in rows])
             is_stop = torch.isin(tokens, stop)
             tok_l, lp_l, ent_l, stop_l = tokens.tolist(), logp.tolist(), entropy.tolist(), is_stop.tolist()

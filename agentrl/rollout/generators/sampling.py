@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import torch
 
@@ -43,6 +43,25 @@ def sample_next(
         x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
         tokens = torch.searchsorted(cdf, x, right=True).squeeze(-1)  # [B]
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1), entropy, logp
+
+
+def stop_set(sampling: SamplingParams, eos: Collection[int]) -> set[int]:
+    """The ids that end a turn: the generator's EOS ids (unless ``ignore_eos``) and the request's."""
+    return (set() if sampling.ignore_eos else set(eos)) | set(sampling.stop_ids)
+
+
+def hold_stops(logits: torch.Tensor, rows: Sequence[int], stops: Collection[int]) -> torch.Tensor:
+    """``logits [B, V]`` with the ``stops`` ids of ``rows`` at -inf (a turn shorter than
+    ``min_tokens``: no stop id is sampled there, and log-probs come from what is sampled from);
+    ``logits`` itself when there is nothing to hold."""
+    ids = [t for t in stops if 0 <= t < logits.shape[-1]]
+    if not rows or not ids:
+        return logits
+    held = logits.float().clone()  # sample_next reads float logits anyway
+    index = torch.tensor(list(rows), device=logits.device)[:, None]
+    # finite, so the entropy's p * log p is 0 there, not nan; any temperature keeps it finite
+    held[index, torch.tensor(ids, device=logits.device)[None]] = -1e30
+    return held
 
 
 def top_pairs(logp: torch.Tensor, k: int) -> list[list[tuple[int, float]]] | None:
