@@ -1,8 +1,9 @@
 """Model agents for eval: the rollout engine's runner, agent and generators, exactly as in training.
 
 A model name / HF id / path (``+ADAPTER``) loads an in-process HF generator; ``openai:URL[#model]``
-talks to any OpenAI-compatible server (token ids in, token ids + log-probs out), with the served
-model's tokenizer rendering the chat template here. Decoding is greedy for k = 1 and sampled at
+talks to any OpenAI-compatible server (token ids in, token ids + log-probs out, streamed: the
+request timeout bounds the time without a byte), with the served model's tokenizer rendering the
+chat template here. Decoding is greedy for k = 1 and sampled at
 temperature 1 for pass@k.
 """
 
@@ -221,6 +222,7 @@ def build_generator(
             timeout_s=settings.request_timeout_s,
             max_retries=settings.max_retries,
             timeout_setting=settings.setting("request_timeout_s"),
+            stream=True,  # the request timeout then bounds silence, not a long answer (as chat: does)
         )
         return generator, tokenizer
     import torch

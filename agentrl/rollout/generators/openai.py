@@ -5,11 +5,16 @@ Token ids go in (``prompt`` as a list of ids) and come back (``return_token_ids`
 one request, independent of the others (``independent_requests``: the batcher sends each on its
 own, so one hung or failing request never holds up its batch-mates); timeouts, retries with
 jittered backoff, the concurrency cap and the circuit breaker are :mod:`.http`'s.
+
+``stream=True`` (eval's ``openai:`` agent) asks for server-sent events and joins the chunks into the
+choice a server answers in one piece (:func:`join_completion_chunks`: the same ids, log-probs and
+entropy), so the request timeout bounds the time without a byte, not the whole answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +22,13 @@ import httpx
 
 from agentrl.errors import ConfigError, GeneratorError
 from agentrl.rollout.generators.base import GenerationOutput, Generator, SamplingParams, check_prompts
-from agentrl.rollout.generators.http import CircuitBreaker, RequestPolicy, RequestStats, post_json
+from agentrl.rollout.generators.http import (
+    CircuitBreaker,
+    RequestFailed,
+    RequestPolicy,
+    RequestStats,
+    post_json,
+)
 
 
 def parse_choice(choice: dict[str, Any]) -> GenerationOutput:
@@ -46,6 +57,39 @@ def parse_choice(choice: dict[str, Any]) -> GenerationOutput:
     )
 
 
+def join_completion_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Streamed ``text_completion`` chunks joined into the answer a server gives in one piece: choice
+    0's text, ``token_ids``, ``logprobs`` (tokens and token log-probs), ``entropy`` (agentrl serve
+    sends it in the finish chunk) and finish reason, concatenated in order."""
+    text, ids, tokens, token_logprobs, entropy = "", [], [], [], []
+    ids_complete, finish, seen = True, None, False
+    for chunk in chunks:
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            seen = True
+            text += choice.get("text") or ""
+            logprobs = choice.get("logprobs") or {}
+            part = logprobs.get("tokens") or []
+            tokens += part
+            token_logprobs += logprobs.get("token_logprobs") or []
+            if choice.get("token_ids") is not None:
+                ids += choice["token_ids"]
+            elif part:  # a server that sends ids in some chunks only: read them from the tokens
+                ids_complete = False
+            entropy += choice.get("entropy") or []
+            finish = choice.get("finish_reason") or finish
+    if not seen:
+        return {"chunks": chunks[:3]}
+    joined: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish,
+                              "logprobs": {"tokens": tokens, "token_logprobs": token_logprobs}}  # fmt: skip
+    if ids and ids_complete:
+        joined["token_ids"] = ids
+    if entropy:
+        joined["entropy"] = entropy
+    return {"object": "text_completion", "choices": [joined]}
+
+
 class OpenAIGenerator(Generator):
     """Completions client with token ids in and out."""
 
@@ -68,6 +112,7 @@ class OpenAIGenerator(Generator):
         extra_body: dict[str, Any] | None = None,
         breaker_failures: int = RequestPolicy.breaker_failures,
         timeout_setting: str = "OpenAIGenerator(timeout_s=...)",
+        stream: bool = False,
     ):
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -85,6 +130,7 @@ class OpenAIGenerator(Generator):
         self.concurrency = concurrency
         self.max_batch_size = concurrency
         self.extra_body = dict(extra_body or {})
+        self.stream = stream  # server-sent events (see the module doc); off when the server refuses them
         self._clients: dict[int, tuple[httpx.AsyncClient, asyncio.Semaphore]] = {}
 
     def _client(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
@@ -112,6 +158,8 @@ class OpenAIGenerator(Generator):
             "return_entropy": sampling.return_entropy,
             **self.extra_body,
         }
+        if self.stream:
+            body["stream"] = True
         if self.model:
             body["model"] = self.model
         if sampling.top_k:
@@ -129,15 +177,26 @@ class OpenAIGenerator(Generator):
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         client, semaphore = self._client()
-        return await post_json(
-            client,
-            f"{self.base_url}/completions",
-            body,
-            policy=self.policy,
-            semaphore=semaphore,
-            breaker=self.breaker,
-            stats=self.stats,
-        )
+        try:
+            return await post_json(
+                client,
+                f"{self.base_url}/completions",
+                body,
+                policy=self.policy,
+                semaphore=semaphore,
+                breaker=self.breaker,
+                stats=self.stats,
+                join=join_completion_chunks if body.get("stream") else None,
+            )
+        except RequestFailed as exc:
+            if (
+                not body.get("stream")
+                or exc.status not in (400, 422)
+                or not re.search(r"\bstream\b", exc.body)
+            ):
+                raise
+            self.stream = False  # a server that refuses to stream: answers in one piece from now on
+            return await self._post({k: v for k, v in body.items() if k != "stream"})
 
     async def _one(self, prompt: Sequence[int], sampling: SamplingParams) -> GenerationOutput:
         payload = await self._post(self._body(prompt, sampling))
