@@ -93,6 +93,11 @@ def main() -> None:
         "--equal-lengths", action="store_true", help="send ignore_eos: every request decodes max_tokens"
     )
     p.add_argument("--min-tokens", type=int, default=0, help="send min_tokens (no EOS before it)")
+    p.add_argument(
+        "--prefix-cache",
+        action="store_true",
+        help="keep the prefix cache on, as `agentrl serve` does (default off: every request prefills)",
+    )
     args = p.parse_args()
     extra = {**({"ignore_eos": True} if args.equal_lengths else {}),
              **({"min_tokens": args.min_tokens} if args.min_tokens else {})}  # fmt: skip
@@ -103,7 +108,8 @@ def main() -> None:
     rows: list[Row] = []
     measured: dict[tuple[str, int], tuple[float, float, float, float]] = {}
     for mode in args.modes:
-        generator = HFGenerator(model, tokenizer, prefix_cache_tokens=0)  # every request prefills
+        # off by default: every request prefills (a wave's prompts share their chat template's prefix)
+        generator = HFGenerator(model, tokenizer, **({} if args.prefix_cache else {"prefix_cache_tokens": 0}))
         with BackgroundServer(build_app(generator, tokenizer, "smollm2-135m", batching=mode)) as server:
             asyncio.run(wave(server.url, 1, 4))  # warm-up
             for level in levels:
@@ -137,6 +143,7 @@ def main() -> None:
     arrival = f"requests {args.stagger:g} s apart" if args.stagger else "requests at once"
     if extra:
         arrival += ", " + ", ".join(f"{k}={v}" for k, v in extra.items())
+    arrival += ", prefix cache on" if args.prefix_cache else ""
     print_table(
         rows,
         f"agentrl serve (built-in SmolLM2, greedy, {max_tokens} new tokens, {arrival}; load average after "
