@@ -47,6 +47,7 @@ def test_a_mapping_given_to_a_field_replaces_it_a_section_mapping_merges(tmp_pat
         ("train.sft_fold_share=1.5", "train.sft_fold_share", "must be in [0, 1]"),
         ("train.sft_fold_share=0.5", "train.fold_oracle", "FoldingSearchOracle"),
         ("rollout.prefix_cache_tokens=-1", "rollout.prefix_cache_tokens", "(0 = off)"),
+        ("rollout.sampler_dtype=float16", "rollout.sampler_dtype", "bfloat16"),
     ],
 )
 def test_bad_values_name_the_field_and_the_fix(override, field, fix):
@@ -76,6 +77,14 @@ def test_a_prefix_cache_budget_for_a_server_backend_is_refused():
         load_config(None, overrides)
     assert info.value.field == "rollout.prefix_cache_tokens" and "only with backend=hf" in str(info.value)
     assert load_config(None, overrides[:2]).rollout.prefix_cache_tokens is None
+
+
+def test_a_sampler_dtype_for_a_server_backend_is_refused():
+    overrides = ["rollout.backend=openai", "rollout.base_url=http://127.0.0.1:9/v1", "rollout.sampler_dtype=bfloat16"]
+    with pytest.raises(ConfigError) as info:
+        load_config(None, overrides)
+    assert info.value.field == "rollout.sampler_dtype" and "only with backend=hf" in str(info.value)
+    assert load_config(None, overrides[:2]).rollout.sampler_dtype == "model"
 
 
 def test_every_setting_is_classified_as_shaping_the_held_out_eval_or_not():

@@ -101,6 +101,8 @@ class RolloutConfig:
     """Timeout of one scope-judge call (an LLM judge that fails or times out fails its episode)."""
     prefix_cache_tokens: int | None = setting(None, eval="K/V reuse: the same tokens, computed once")
     """With backend=hf: K/V tokens the generator keeps between turns, so a turn prefills only what is new (~45 KiB a token for SmolLM2 in float32); unset = every episode in flight (concurrency x max_context_tokens, at least 65,536), capped at a quarter of the machine's memory (RAM, or the GPU's) (the resolved number is printed and saved); 0 = off."""
+    sampler_dtype: str = setting("model", eval=True)
+    """With backend=hf: the precision the generator samples in (training's rollouts and evals): model (the learner's live weights, in model.dtype) | bfloat16 (a bfloat16 copy of the model, given the learner's weights after the warm-up and after every update, +2 bytes a parameter; its K/V take half the memory; its log-probs differ from the learner's, so the learner measures them before each update: mismatch/abs_mean, mismatch/kl_k3) | auto (bfloat16 where train.bf16_autocast resolved to bf16, else model; the choice is printed and saved)."""
     max_turns: int | None = setting(None, eval=True)
     """Cap on generated turns per episode (branch, return and summary turns count); unset = from the env's own turn budget (env.max_turns) and the context strategy."""
 
@@ -138,6 +140,10 @@ class RolloutConfig:
             if self.backend != "hf":
                 raise ConfigError(f"{prefix}.prefix_cache_tokens", f"has effect only with backend=hf, not {self.backend}",
                                   "remove it, or pass rollout.prefix_cache_tokens=null (the server keeps its own cache)")  # fmt: skip
+        check_choice(f"{prefix}.sampler_dtype", self.sampler_dtype, ("model", "bfloat16", "auto"))
+        if self.sampler_dtype != "model" and self.backend != "hf":
+            raise ConfigError(f"{prefix}.sampler_dtype", f"has effect only with backend=hf, not {self.backend}",
+                              "remove it (a vLLM or remote engine samples in its own dtype)")  # fmt: skip
         self._check_process_rewards(prefix)
         check_choice(f"{prefix}.folding", self.folding, ("none", "branch", "summary"))
         check_choice(f"{prefix}.template_mode", self.template_mode, ("auto", "concat", "per_turn"))

@@ -75,13 +75,26 @@ def measured_config(config: RunConfig, model: Any, progress: RunProgress,
     progress.print(precision.line())
     rollout = config.rollout
     if rollout.backend == "hf":
+        sampler, said = rollout.sampler_dtype, "as set"
+        lora = config.model.lora_rank > 0 or hasattr(model, "peft_config")
+        if sampler == "auto":
+            sampler = "bfloat16" if precision.bf16 and config.model.dtype != "bfloat16" and not lora else "model"
+            said = f"auto: train.bf16_autocast resolved to {str(precision.bf16).lower()}" + (", LoRA" if lora else "")
+        elif sampler == "bfloat16" and config.model.dtype == "bfloat16":
+            sampler, said = "model", "model.dtype is bfloat16 already: the live weights"
+        elif sampler == "bfloat16" and lora:
+            raise ConfigError("rollout.sampler_dtype", "a LoRA model samples from its live weights",
+                              "leave rollout.sampler_dtype=model (or auto) with LoRA")  # fmt: skip
+        progress.print(f"generator: hf samples in {config.model.dtype if sampler == 'model' else sampler} "
+                       f"(rollout.sampler_dtype={sampler}, {said})")  # fmt: skip
+        kv_dtype = torch.bfloat16 if sampler == "bfloat16" else None
         tokens = rollout.prefix_cache_tokens
         if tokens is None:
-            tokens, why = prefix_cache_budget(model, rollout.concurrency * rollout.max_context_tokens)
+            tokens, why = prefix_cache_budget(model, rollout.concurrency * rollout.max_context_tokens, dtype=kv_dtype)
         else:
-            why = f"{tokens} tokens ({tokens * kv_bytes_per_token(model) / 2**30:.1f} GiB), as set"
+            why = f"{tokens} tokens ({tokens * kv_bytes_per_token(model, kv_dtype) / 2**30:.1f} GiB), as set"
         progress.print(f"generator: hf, rollout.prefix_cache_tokens={tokens}: {why}")
-        rollout = dataclasses.replace(rollout, prefix_cache_tokens=tokens)
+        rollout = dataclasses.replace(rollout, prefix_cache_tokens=tokens, sampler_dtype=sampler)
     train = dataclasses.replace(train, bf16_autocast=precision.bf16)
     return dataclasses.replace(config, train=train, rollout=rollout), precision
 
@@ -96,7 +109,8 @@ def make_generator_for(config: RunConfig, policy: Any, tokenizer: Any) -> Any:
     if rollout.backend == "hf":
         return make_generator("hf", model=policy.model, tokenizer=tokenizer, seed=seed,
                               max_batch_size=max(32, rollout.concurrency),
-                              prefix_cache_tokens=rollout.prefix_cache_tokens)  # fmt: skip
+                              prefix_cache_tokens=rollout.prefix_cache_tokens,
+                              sample_dtype=torch.bfloat16 if rollout.sampler_dtype == "bfloat16" else None)  # fmt: skip
     if rollout.backend == "vllm":
         return make_generator("vllm", model_name=config.model.name, dtype=config.model.dtype, seed=seed,
                               max_model_len=rollout.max_context_tokens + rollout.max_new_tokens)  # fmt: skip

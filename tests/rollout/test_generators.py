@@ -424,3 +424,28 @@ def test_a_run_reports_the_share_of_prompt_tokens_read_from_the_prefix_cache(tin
     run_episodes(lambda: make_lookup_env(max_turns=3), ["k3"], HFGenerator(tiny, tokenizer, prefix_cache_tokens=0),
                  tokenizer, settings, stats=off, progress=False)  # fmt: skip
     assert off.prompt_tokens == 0 and "perf/prefix_reused_share" not in off.as_metrics()
+
+
+def test_a_bfloat16_sampler_samples_from_its_own_copy_and_takes_new_weights(tiny, tokenizer):
+    """rollout.sampler_dtype=bfloat16: the generator holds a bfloat16 copy (the learner's model is
+    untouched), samples what a bfloat16 model samples, and update_weights refreshes the copy."""
+    import copy
+
+    learner = copy.deepcopy(tiny)
+    gen = HFGenerator(learner, tokenizer, sample_dtype=torch.bfloat16)
+    assert gen.model is not learner and {p.dtype for p in gen.model.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in learner.parameters()} == {torch.float32}
+    assert not any(p.requires_grad for p in gen.model.parameters())
+    prompt = tokenizer.encode("Find the capital of Fooland.")
+    sampling = SamplingParams(max_new_tokens=6, temperature=0.0)
+    reference = copy.deepcopy(tiny).to(torch.bfloat16)
+    assert gen.generate([prompt], sampling)[0].ids == HFGenerator(reference, tokenizer).generate([prompt], sampling)[0].ids
+    with torch.no_grad():  # the learner takes a step: the copy sees it only through update_weights
+        for p in learner.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    before = [p.clone() for p in gen.model.parameters()]
+    gen.update_weights([(name, p.detach()) for name, p in learner.named_parameters()])
+    after = dict(gen.model.named_parameters())
+    assert all(torch.equal(after[name], p.to(torch.bfloat16)) for name, p in learner.named_parameters())
+    assert any(not torch.equal(b, a) for b, a in zip(before, gen.model.parameters(), strict=True))
+    assert HFGenerator(tiny, tokenizer, sample_dtype=torch.float32).model is tiny  # the model's own dtype: no copy

@@ -148,6 +148,29 @@ def test_the_quickstart_config_runs_end_to_end(bf16, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("setting", ["bfloat16", "auto"])
+def test_a_bfloat16_sampler_trains_and_the_learner_measures_its_mismatch(setting, tiny_model_dir, tmp_path):
+    """rollout.sampler_dtype: bfloat16 samples from a bfloat16 copy (given the learner's weights after
+    the warm-up and each update), so the learner measures the sampler's log-probs (mismatch/*);
+    auto where the learner runs float32 samples from the live weights, said and saved."""
+    out = tmp_path / "run"
+    proc = agentrl_train(str(QUICKSTART), f"model.name={tiny_model_dir}", *SHORT, "train.bf16_autocast=false",
+                         f"rollout.sampler_dtype={setting}", f"train.out_dir={out}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    resolved = yaml.safe_load((out / "resolved_config.yaml").read_text())
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    step = next(r for r in records if r["step"] == 1 and "perf/step_s" in r)
+    if setting == "bfloat16":
+        assert "generator: hf samples in bfloat16 (rollout.sampler_dtype=bfloat16, as set)" in proc.stdout
+        assert resolved["rollout"]["sampler_dtype"] == "bfloat16"
+        assert step["mismatch/abs_mean"] > 0  # bfloat16 samples, float32 learner: their log-probs differ
+    else:
+        line = "generator: hf samples in float32 (rollout.sampler_dtype=model, auto: train.bf16_autocast resolved to false)"
+        assert line in proc.stdout and resolved["rollout"]["sampler_dtype"] == "model"
+        assert "mismatch/abs_mean" not in step  # the live weights: nothing to measure
+
+
+@pytest.mark.slow
 def test_a_warm_up_can_demonstrate_folding_beside_react(tiny_model_dir, tmp_path):
     """`train.sft_fold_share`: half the demonstrations are played with branch/return by the folding
     oracle (under the folding system prompt), half as ReAct; the warm-up trains on both."""

@@ -57,6 +57,18 @@ def _remap_row(
     return on_token(rows[row], token, logprob, top)
 
 
+def sampling_copy(model: Any, dtype: torch.dtype) -> Any:
+    """A frozen copy of ``model`` in ``dtype`` to sample from (a LoRA model is refused: its
+    weights reach a generator merged, under the base model's names)."""
+    import copy
+
+    if hasattr(model, "peft_config"):
+        raise GeneratorError(
+            "rollout.sampler_dtype: a LoRA model samples from its live weights; leave sampler_dtype=model"
+        )
+    return copy.deepcopy(model).to(dtype).eval().requires_grad_(False)
+
+
 class HFGenerator(Generator):
     """Generator over an in-process transformers causal LM (optionally the learner's live model)."""
 
@@ -79,6 +91,7 @@ class HFGenerator(Generator):
         seed: int = 0,
         prefix_cache_tokens: int = 65536,
         share_prompts: bool = True,
+        sample_dtype: torch.dtype | None = None,
     ):
         """Args:
         max_batch_size: rows decoded together; larger requests are split.
@@ -89,7 +102,11 @@ class HFGenerator(Generator):
         share_prompts: a batch whose rows repeat prompts (a tree's branches) holds and reads each
             prompt's K/V once (:class:`~agentrl.rollout.generators.batch_rows.SharedPromptRows`;
             needs the prefix cache); False copies it per row.
+        sample_dtype: sample from a copy of ``model`` in this dtype (e.g. bfloat16 from a float32 learner),
+            which :meth:`update_weights` refreshes; None or the model's dtype: sample from ``model``.
         """
+        if sample_dtype is not None and sample_dtype != next(model.parameters()).dtype:
+            model = sampling_copy(model, sample_dtype)
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size

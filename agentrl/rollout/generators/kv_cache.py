@@ -129,14 +129,15 @@ class PrefixCache:
         self.tokens = 0
 
 
-def kv_bytes_per_token(model: Any) -> int:
-    """Bytes of K/V one cached token takes in ``model`` (all layers, keys and values)."""
+def kv_bytes_per_token(model: Any, dtype: torch.dtype | None = None) -> int:
+    """Bytes of K/V one cached token takes in ``model`` (all layers, keys and values), sampled in
+    ``dtype`` (None: the model's)."""
     cfg = model.config
     cfg = getattr(cfg, "text_config", None) or cfg
     heads = int(cfg.num_attention_heads)
     head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
     kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
-    dtype = next(model.parameters()).dtype
+    dtype = dtype or next(model.parameters()).dtype
     return 2 * int(cfg.num_hidden_layers) * kv_heads * head_dim * torch.empty(0, dtype=dtype).element_size()
 
 
@@ -150,7 +151,7 @@ def memory_bytes(device: torch.device) -> int:
 
 
 def prefix_cache_budget(
-    model: Any, working_set: int, share: float = 0.25, floor: int = 65_536
+    model: Any, working_set: int, share: float = 0.25, floor: int = 65_536, dtype: torch.dtype | None = None
 ) -> tuple[int, str]:
     """Prefix-cache tokens for ``working_set`` (the tokens of every episode in flight, e.g.
     concurrency x max_context_tokens), at least ``floor`` (the generator's default, so a small wave
@@ -161,7 +162,7 @@ def prefix_cache_budget(
     loses the rows it cannot hold; in a wave the cache and the decode batch hold the same rows at
     different times (entries are dropped while their rows decode), so the budget adds little to the
     peak. Returns ``(tokens, why)``."""
-    per_token = kv_bytes_per_token(model)
+    per_token = kv_bytes_per_token(model, dtype)
     fit = int(share * memory_bytes(next(model.parameters()).device) / per_token)
     wanted = max(working_set, floor)
     tokens = max(0, min(wanted, fit))
