@@ -29,7 +29,7 @@ from agentrl.train.fields import LazyScores, StepData
 from agentrl.train.memory import PhasePeaks, gpu_memory
 from agentrl.train.metrics import context_metrics
 from agentrl.train.progress import RunProgress
-from agentrl.train.update import compute_advantages, ppo_update, score_tokens
+from agentrl.train.update import compute_advantages, ppo_update, score_tokens, tree_of_rows
 from agentrl.train.weights import generator_rng_state, shares_model, sync_generator
 from agentrl.trajectory import Episode, build_batch, write_jsonl
 
@@ -310,9 +310,10 @@ def learn(run: Run, kept: list[Episode], step: int, tag: str) -> dict[str, float
     run.policy.train()
     t0 = time.perf_counter()
     tokens = build_batch(kept, pad_id=run.pad_id)
-    old = LazyScores(lambda tokens=tokens: score_tokens(engine, tokens, train.micro_batch_size))
+    trees = tree_of_rows(run.config, kept, tokens)  # a tree's rows in one micro-batch, as in the update
+    old = LazyScores(lambda tokens=tokens: score_tokens(engine, tokens, train.micro_batch_size, groups=trees))
     ref = (
-        score_tokens(engine, tokens, train.micro_batch_size, reference=True)["logp"]
+        score_tokens(engine, tokens, train.micro_batch_size, reference=True, groups=trees)["logp"]
         if algo.kl_coef > 0
         else None
     )

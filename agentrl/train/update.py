@@ -61,14 +61,18 @@ def _slice(tokens: TokenBatch, idx: Tensor) -> tuple[Tensor, Tensor, Tensor, int
 
 
 @torch.no_grad()
-def score_tokens(engine: Any, tokens: TokenBatch, micro_batch_size: int, *, reference: bool = False) -> dict[str, Tensor | None]:  # fmt: skip
-    """No-grad pass: ``logp``, ``entropy`` and ``values`` ``[B, L]`` (reference policy if asked)."""
+def score_tokens(engine: Any, tokens: TokenBatch, micro_batch_size: int, *, reference: bool = False,
+                 groups: Tensor | None = None) -> dict[str, Tensor | None]:  # fmt: skip
+    """No-grad pass: ``logp``, ``entropy`` and ``values`` ``[B, L]`` (reference policy if asked).
+    ``groups`` (``[B]``, e.g. :func:`tree_of_rows`): a group's rows share a micro-batch, as in the
+    update, so a tree's shared prefix runs once here too."""
     batch, width = tokens.input_ids.shape
     out: dict[str, Tensor | None] = {"logp": torch.zeros(batch, width), "entropy": torch.zeros(batch, width)}
     out["values"] = (
         torch.zeros(batch, width) if engine.policy.value_head is not None and not reference else None
     )
-    for idx in row_chunks(torch.arange(batch), micro_batch_size):
+    rows = torch.arange(batch) if groups is None else group_order(torch.arange(batch), groups)
+    for idx in row_chunks(rows, micro_batch_size, groups):
         ids, mask, loss_mask, length = _slice(tokens, idx)
         device = engine.policy.lm.device
         ids, mask, loss_mask = ids.to(device), mask.to(device), loss_mask.to(device)
@@ -165,7 +169,7 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
     trainable = fields["loss_mask"].bool().any(dim=1)  # [B]
     seq = fields.get("seq_id")  # [B] rollout of each row, with agg_unit=rollout
     # tree rollouts: a tree's rows go through one micro-batch, which forwards their shared prefix once
-    together = seq if seq is not None else tree_of_rows(step)
+    together = seq if seq is not None else tree_of_rows(step.config, step.episodes, step.tokens)
     skip = config.train.skip_zero_advantage
     inert = zero_advantage_rows(adv, fields["loss_mask"], seq) if skip else torch.zeros_like(trainable)
     rows_seen = rows_skipped = 0
@@ -253,16 +257,16 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
     return out
 
 
-def tree_of_rows(step: StepData) -> Tensor | None:
+def tree_of_rows(config: Any, episodes: list[Any], tokens: TokenBatch) -> Tensor | None:
     """``[B]`` the tree of each row under tree rollouts (``rollout.branches``), else None. A tree's
     rows share every token up to its branch point, so a micro-batch of one tree runs that prefix once
     (:meth:`agentrl.train.learner.Policy.hidden_states`): the learner's cost of a tree is about one
     row plus the branches' own tokens."""
-    if not step.config.rollout.branches:
+    if not config.rollout.branches:
         return None
     trees: dict[str, int] = {}
-    per_episode = torch.tensor([trees.setdefault(ep.group_id, len(trees)) for ep in step.episodes])
-    return per_episode[step.tokens.row_episode]
+    per_episode = torch.tensor([trees.setdefault(ep.group_id, len(trees)) for ep in episodes])
+    return per_episode[tokens.row_episode]
 
 
 def zero_advantage_rows(adv: Tensor, loss_mask: Tensor, seq_id: Tensor | None = None) -> Tensor:

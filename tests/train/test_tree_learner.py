@@ -3,12 +3,12 @@ through one micro-batch, so its shared prefix is forwarded once."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import torch
-from train_helpers import config, episodes
+from train_helpers import config, episodes, tiny_lm
 
-from agentrl.train.update import group_order, row_chunks, tree_of_rows
+from agentrl.train.engines import TorchEngine
+from agentrl.train.learner import build_policy
+from agentrl.train.update import group_order, row_chunks, score_tokens, tree_of_rows
 from agentrl.trajectory import build_batch
 
 
@@ -21,9 +21,7 @@ def _trees(n_trees: int, size: int):
 
 def test_rows_of_a_tree_stay_in_one_micro_batch():
     eps = _trees(3, 4)
-    step = SimpleNamespace(config=config("rollout.branches=3", "rollout.group_size=1"), episodes=eps,
-                           tokens=build_batch(eps))  # fmt: skip
-    trees = tree_of_rows(step)
+    trees = tree_of_rows(config("rollout.branches=3", "rollout.group_size=1"), eps, build_batch(eps))
     assert trees.tolist() == [0] * 4 + [1] * 4 + [2] * 4
     order = group_order(torch.randperm(12, generator=torch.Generator().manual_seed(0)), trees)
     for size in (2, 4, 8):  # a tree larger than the micro-batch is a micro-batch of its own
@@ -35,5 +33,24 @@ def test_rows_of_a_tree_stay_in_one_micro_batch():
 
 def test_chains_keep_the_shuffled_order():
     eps = _trees(2, 2)
-    step = SimpleNamespace(config=config(), episodes=eps, tokens=build_batch(eps))
-    assert tree_of_rows(step) is None
+    assert tree_of_rows(config(), eps, build_batch(eps)) is None
+
+
+def test_the_behaviour_pass_scores_a_tree_in_one_micro_batch():
+    """score_tokens(groups=trees), as the learner's behaviour and reference passes call it: one forward
+    per tree whatever micro_batch_size says, and the log-probs of the plain pass."""
+    cfg = config("rollout.branches=3", "rollout.group_size=1")
+    eps = _trees(3, 4)
+    tokens = build_batch(eps)
+    engine = TorchEngine(build_policy(tiny_lm(seed=2), cfg), lr=1e-2, max_grad_norm=0.0)
+    rows: list[int] = []
+    forward = engine.forward
+    engine.forward = lambda ids, *a, **k: rows.append(ids.shape[0]) or forward(ids, *a, **k)
+    with torch.no_grad():
+        plain = score_tokens(engine, tokens, 2)
+        assert rows == [2] * 6
+        rows.clear()
+        grouped = score_tokens(engine, tokens, 2, groups=tree_of_rows(cfg, eps, tokens))
+    assert rows == [4, 4, 4]
+    torch.testing.assert_close(grouped["logp"], plain["logp"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grouped["entropy"], plain["entropy"], rtol=1e-5, atol=1e-5)
