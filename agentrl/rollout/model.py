@@ -132,6 +132,11 @@ def _torch_dtype(dtype: str) -> Any:
     return getattr(torch, dtype)
 
 
+def is_peft(model: Any) -> bool:
+    """True for a PEFT-wrapped model (LoRA adapters)."""
+    return hasattr(model, "disable_adapter") and hasattr(model, "get_base_model")
+
+
 def load_model(
     name: str = "smollm2-135m", dtype: str = "float32", adapter: str | None = None, device: str = "cpu"
 ) -> tuple[Any, Any]:
@@ -224,6 +229,7 @@ def tiny_model(
 __all__ = [
     "BUILTIN_MODELS",
     "builtin_cache_path",
+    "is_peft",
     "load_model",
     "load_tokenizer",
     "resolve_model_path",

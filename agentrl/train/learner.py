@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from agentrl.kernels import token_logprobs_entropy
+from agentrl.rollout.model import is_peft
 
 
 @dataclass
@@ -43,11 +44,6 @@ def shared_prefix_length(input_ids: Tensor, attention_mask: Tensor) -> int:
     if same.all():
         return max(0, input_ids.shape[1] - 1)
     return int(same.long().argmin())
-
-
-def is_peft(model: nn.Module) -> bool:
-    """True for a PEFT-wrapped model (LoRA adapters)."""
-    return hasattr(model, "disable_adapter") and hasattr(model, "get_base_model")
 
 
 def add_lora(model: nn.Module, *, rank: int, alpha: int, targets: tuple[str, ...]) -> nn.Module:

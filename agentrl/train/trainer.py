@@ -31,7 +31,7 @@ from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_ch
 from agentrl.train.engines import make_engine, world
 from agentrl.train.heldout import check_shared_eval, compare_evals, held_out_means, make_evaluator
 from agentrl.train.igscore import GoldAnswerScorer, learner_continuation_scorer
-from agentrl.train.learner import build_policy
+from agentrl.train.learner import build_policy, is_peft
 from agentrl.train.memory import PhasePeaks, cap_kernel_caches
 from agentrl.train.metrics import MetricsLogger
 from agentrl.train.plan import objective_plan
@@ -76,7 +76,7 @@ def measured_config(config: RunConfig, model: Any, progress: RunProgress,
     rollout = config.rollout
     if rollout.backend == "hf":
         sampler, said = rollout.sampler_dtype, "as set"
-        lora = config.model.lora_rank > 0 or hasattr(model, "peft_config")
+        lora = config.model.lora_rank > 0 or is_peft(model)
         if sampler == "auto":
             sampler = "bfloat16" if precision.bf16 and config.model.dtype != "bfloat16" and not lora else "model"
             said = f"auto: train.bf16_autocast resolved to {str(precision.bf16).lower()}" + (", LoRA" if lora else "")

@@ -62,7 +62,9 @@ def sampling_copy(model: Any, dtype: torch.dtype) -> Any:
     weights reach a generator merged, under the base model's names)."""
     import copy
 
-    if hasattr(model, "peft_config"):
+    from agentrl.rollout.model import is_peft
+
+    if is_peft(model):
         raise GeneratorError(
             "rollout.sampler_dtype: a LoRA model samples from its live weights; leave sampler_dtype=model"
         )
