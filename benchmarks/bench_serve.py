@@ -1,18 +1,26 @@
 """`agentrl serve` with the built-in SmolLM2 on this CPU: tokens/s and time to first token at 1 / 8 / 32 concurrent.
 
-A real server (uvicorn on a free port, the HF generator) and the official ``openai`` async client
-streaming chat completions (greedy, a prompt that keeps the model counting, ``max_tokens`` new
-tokens each). Per level: generated tokens per second over the wave's wall time (usage from
-``stream_options.include_usage``), time to the first content chunk (p50 / p99 over the wave's
-requests), and the wave's wall time against one request's. Continuous batching (the default) and
-static batching (``--batching static``: one batched call at a time) run in the same process, one
-after the other, so their figures compare on the same load; the load average is printed (the
-machine is shared).
+The server is the real ``agentrl serve`` (``--server cli``, the default): its own process with its
+defaults (the built-in SmolLM2, the hf engine, the prefix cache on), as a user runs it beside the
+clients that call it. The official ``openai`` async client streams chat completions (greedy, a
+prompt that keeps the model counting, ``max_tokens`` new tokens each). Per level: generated tokens
+per second over the wave's wall time (usage from ``stream_options.include_usage``), time to the
+first content chunk (p50 / p99 over the wave's requests), and the wave's wall time against one
+request's. Continuous batching (the default) and static batching (``--modes static``: one batched
+call at a time) each get a server of their own, one after the other, so their figures compare on
+the same load; the load average is printed (the machine may be shared). ``--repeats N`` runs the
+levels N times in turn and reports each level's median wave.
+
+``--server thread`` runs the server in this process instead (uvicorn in a thread, as the tests do):
+the client's per-chunk parsing then shares the engine's interpreter, which costs the engine a
+batch-8 wave ~1.2 s at 64 tokens on a 2-core CPU (docs/results/2026-11-29-serving.md); only there
+``--prefix-cache`` chooses the prefix cache (default off: every request prefills).
 
     python benchmarks/bench_serve.py                  # 64 new tokens, levels 1 8 32
     python benchmarks/bench_serve.py --quick          # 8 new tokens, levels 1 8
     python benchmarks/bench_serve.py --levels 8 --stagger 2   # requests arriving while others decode
     python benchmarks/bench_serve.py --equal-lengths  # every request decodes max_tokens (vLLM's ignore_eos)
+    python benchmarks/bench_serve.py --levels 1 8 32 --modes continuous --equal-lengths --repeats 3
 
 Equal lengths (``--equal-lengths``: ``ignore_eos`` sent, or ``--min-tokens N``: ``min_tokens``) make
 the wall-time ratio of an N-concurrent wave to the lone request a fair one: without them a request
@@ -22,18 +30,20 @@ that meets EOS early ends early, and the lone request may decode far fewer token
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
+import statistics
+import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import Row, parser, percentile, print_table, write_json  # noqa: E402
-
-from agentrl.rollout.generators.hf import HFGenerator  # noqa: E402
-from agentrl.rollout.model import load_model  # noqa: E402
-from agentrl.serve.server import BackgroundServer, build_app  # noqa: E402
 
 ASK = "Count from 1 to 200, separated by commas."
 
@@ -77,6 +87,52 @@ async def wave(
     return [r[0] for r in results], sum(r[1] for r in results), wall
 
 
+@contextlib.contextmanager
+def cli_server(mode: str) -> Iterator[str]:
+    """``agentrl serve --batching mode`` in a process of its own; yields its ``/v1`` URL once it
+    answers ``/v1/models``."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cmd = [sys.executable, "-c", "from agentrl.cli import main; main()", "serve", "--port", str(port),
+           "--batching", mode]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"agentrl serve exited ({proc.returncode}):\n{proc.stderr.read()[-3000:]}")
+            try:
+                urllib.request.urlopen(url + "/models", timeout=2).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("agentrl serve did not answer /v1/models within 300 s") from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextlib.contextmanager
+def thread_server(mode: str, prefix_cache: bool) -> Iterator[str]:
+    """The server in this process (uvicorn in a thread); yields its ``/v1`` URL."""
+    from agentrl.rollout.generators.hf import HFGenerator
+    from agentrl.rollout.model import load_model
+    from agentrl.serve.server import BackgroundServer, build_app
+
+    model, tokenizer = load_model("smollm2-135m")
+    # off by default: every request prefills (a wave's prompts share their chat template's prefix)
+    generator = HFGenerator(model, tokenizer, **({} if prefix_cache else {"prefix_cache_tokens": 0}))
+    with BackgroundServer(build_app(generator, tokenizer, "smollm2-135m", batching=mode)) as server:
+        yield server.url
+
+
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--levels", type=int, nargs="+", default=None, help="concurrent requests per wave")
@@ -93,37 +149,52 @@ def main() -> None:
         "--equal-lengths", action="store_true", help="send ignore_eos: every request decodes max_tokens"
     )
     p.add_argument("--min-tokens", type=int, default=0, help="send min_tokens (no EOS before it)")
+    p.add_argument("--repeats", type=int, default=1, help="run the levels this many times; report medians")
+    p.add_argument(
+        "--server",
+        choices=["cli", "thread"],
+        default="cli",
+        help="cli: `agentrl serve` in its own process (default); thread: in this process",
+    )
     p.add_argument(
         "--prefix-cache",
         action="store_true",
-        help="keep the prefix cache on, as `agentrl serve` does (default off: every request prefills)",
+        help="--server thread: keep the prefix cache on, as `agentrl serve` does (default off: every "
+        "request prefills)",
     )
     args = p.parse_args()
     extra = {**({"ignore_eos": True} if args.equal_lengths else {}),
              **({"min_tokens": args.min_tokens} if args.min_tokens else {})}  # fmt: skip
     max_tokens = args.max_tokens or (8 if args.quick else 64)
     levels = args.levels or ([1, 8] if args.quick else [1, 8, 32])
+    if args.prefix_cache and args.server != "thread":
+        p.error("--prefix-cache chooses the in-process server's cache: add --server thread "
+                "(`agentrl serve` keeps its prefix cache on)")  # fmt: skip
+    if args.repeats < 1:
+        p.error("--repeats must be at least 1")
     print(f"load average before: {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}")
-    model, tokenizer = load_model("smollm2-135m")
     rows: list[Row] = []
     measured: dict[tuple[str, int], tuple[float, float, float, float]] = {}
     for mode in args.modes:
-        # off by default: every request prefills (a wave's prompts share their chat template's prefix)
-        generator = HFGenerator(model, tokenizer, **({} if args.prefix_cache else {"prefix_cache_tokens": 0}))
-        with BackgroundServer(build_app(generator, tokenizer, "smollm2-135m", batching=mode)) as server:
-            asyncio.run(wave(server.url, 1, 4))  # warm-up
-            for level in levels:
-                firsts, tokens, wall = asyncio.run(wave(server.url, level, max_tokens, args.stagger, extra))
-                measured[mode, level] = (
-                    tokens / wall,
-                    percentile(firsts, 50),
-                    percentile(firsts, 99),
-                    wall,
-                )
-                print(f"  {mode} x{level}: {tokens / wall:.2f} tok/s, TTFT p50 {percentile(firsts, 50):.2f} s "
-                      f"p99 {percentile(firsts, 99):.2f} s, wall {wall:.1f} s, {tokens / level:.1f} tokens "
-                      f"per request" + (f", wall {wall / measured[mode, levels[0]][3]:.2f}x the "
-                      f"{levels[0]}-request wave's" if level != levels[0] else ""), flush=True)  # fmt: skip
+        server = cli_server(mode) if args.server == "cli" else thread_server(mode, args.prefix_cache)
+        waves: dict[int, list[tuple[list[float], int, float]]] = {level: [] for level in levels}
+        with server as url:
+            asyncio.run(wave(url, 1, 4))  # warm-up
+            for repeat in range(args.repeats):
+                for level in levels:
+                    firsts, tokens, wall = asyncio.run(wave(url, level, max_tokens, args.stagger, extra))
+                    waves[level].append((firsts, tokens, wall))
+                    ratio = wall / waves[levels[0]][repeat][2] if level != levels[0] else None
+                    print(f"  {mode} x{level} (run {repeat + 1}): {tokens / wall:.2f} tok/s, TTFT p50 "
+                          f"{percentile(firsts, 50):.2f} s p99 {percentile(firsts, 99):.2f} s, wall {wall:.1f} s, "
+                          f"{tokens / level:.1f} tokens per request"
+                          + (f", wall {ratio:.2f}x this run's {levels[0]}-request wave" if ratio else ""),
+                          flush=True)  # fmt: skip
+        for level in levels:  # the median wave by wall time, with its own TTFTs
+            runs = sorted(waves[level], key=lambda w: w[2])
+            firsts, tokens, wall = runs[(len(runs) - 1) // 2]
+            measured[mode, level] = (tokens / wall, percentile(firsts, 50), percentile(firsts, 99),
+                                     statistics.median(w[2] for w in runs))  # fmt: skip
     for mode in args.modes:
         one_wall = measured[mode, levels[0]][3]
         for level in levels:
@@ -143,7 +214,9 @@ def main() -> None:
     arrival = f"requests {args.stagger:g} s apart" if args.stagger else "requests at once"
     if extra:
         arrival += ", " + ", ".join(f"{k}={v}" for k, v in extra.items())
-    arrival += ", prefix cache on" if args.prefix_cache else ""
+    arrival += ", `agentrl serve` in its own process" if args.server == "cli" else ", server in-process"
+    arrival += ", prefix cache on" if args.prefix_cache or args.server == "cli" else ""
+    arrival += f", median of {args.repeats} runs" if args.repeats > 1 else ""
     print_table(
         rows,
         f"agentrl serve (built-in SmolLM2, greedy, {max_tokens} new tokens, {arrival}; load average after "
