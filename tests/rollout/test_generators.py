@@ -300,7 +300,7 @@ def test_a_lock_step_wave_past_the_prefix_budget_keeps_the_rows_it_holds(tiny, t
     for _turn in range(4):
         cache = cached.prefix_cache
         held = sum(
-            any(len(ids) >= 16 and tuple(p[: len(ids)]) == ids for ids, _ in cache.entries.values())
+            any(len(ids) >= 16 and tuple(p[: len(ids)]) == ids for ids, *_ in cache.entries.values())
             for p in prompts
         )
         hits = cache.hits
@@ -310,8 +310,8 @@ def test_a_lock_step_wave_past_the_prefix_budget_keeps_the_rows_it_holds(tiny, t
         for out, ref in zip(outs, plain.generate(prompts, sampling), strict=True):
             assert out.ids == ref.ids
         fed = {tuple(p + o.ids[:-1]) for p, o in zip(prompts, outs, strict=True)}
-        assert set(ids for ids, _ in cache.entries.values()) <= fed  # no prompt-only entry
-        assert cache.tokens == sum(len(ids) for ids, _ in cache.entries.values()) <= 300
+        assert set(ids for ids, *_ in cache.entries.values()) <= fed  # no prompt-only entry
+        assert cache.tokens == sum(len(ids) for ids, *_ in cache.entries.values()) <= 300
         prompts = [
             p + o.ids + [rng.randrange(100, 20_000) for _ in range(10)]
             for p, o in zip(prompts, outs, strict=True)
@@ -449,3 +449,58 @@ def test_a_bfloat16_sampler_samples_from_its_own_copy_and_takes_new_weights(tiny
     assert all(torch.equal(after[name], p.to(torch.bfloat16)) for name, p in learner.named_parameters())
     assert any(not torch.equal(b, a) for b, a in zip(before, gen.model.parameters(), strict=True))
     assert HFGenerator(tiny, tokenizer, sample_dtype=torch.float32).model is tiny  # the model's own dtype: no copy
+
+
+def test_entries_past_a_shared_prefix_count_it_once_and_read_back_whole():
+    """Hand-computed budget: two entries on one 20-token SharedPrefix with 3 and 5 tokens of their
+    own hold 20 + 3 + 5 = 28 tokens; dropping one keeps the prefix, dropping both frees it; a view
+    past the prefix is the prefix's K/V then the entry's own."""
+    from agentrl.rollout.generators.kv_cache import PrefixCache, SharedPrefix
+
+    def kv(n, fill):
+        return [(torch.full((1, 2, n, 4), fill), torch.full((1, 2, n, 4), -fill)) for _ in range(3)]
+
+    cache = PrefixCache(max_tokens=60)
+    base = SharedPrefix(kv(20, 1.0))
+    prompt = list(range(100, 120))
+    a = cache.store(prompt + [1, 2, 3], kv(3, 2.0), base)
+    b = cache.store(prompt + [4, 5, 6, 7, 8], kv(5, 3.0), base)
+    plain = cache.store(list(range(200, 220)), kv(20, 4.0))
+    assert cache.tokens == 28 + 20
+    keys, values = cache.view(b, 23)[1]
+    assert keys.shape == (1, 2, 23, 4)
+    assert keys[:, :, :20].eq(1.0).all() and keys[:, :, 20:].eq(3.0).all() and values[:, :, 20:].eq(-3.0).all()
+    assert cache.view(a, 17)[0][0].shape == (1, 2, 17, 4)  # within the prefix: a view of it
+    assert cache.find(prompt + [4, 5, 6, 9]) == (b, 23)
+    cache.discard([a])
+    assert cache.tokens == 25 + 20
+    # past the budget the least recently stored goes first: b, and with it the prefix (45 + 30 - 25)
+    cache.store(list(range(300, 330)), kv(30, 5.0))
+    assert b not in cache.entries and plain in cache.entries and cache.tokens == 50
+    assert cache._base_refs == {}
+
+
+def test_a_wave_of_branches_does_not_evict_the_trunks_still_to_branch(tiny, tokenizer):
+    """Two trees' trunks are cached; the first tree's 6 branches end and are cached as their prompt
+    once plus their own tokens (not 6 copies of the prompt), so the second trunk stays within a budget
+    that 6 copies would overflow, and its branches then read it; every output equals a generator
+    without a cache."""
+    rng = random.Random(4)
+    roots = [[rng.randrange(100, 20_000) for _ in range(40)] for _ in range(2)]
+    greedy = SamplingParams(max_new_tokens=6, temperature=0.0, stop_ids=())
+    free = SamplingParams(max_new_tokens=6, temperature=1.0, stop_ids=())
+    cached = HFGenerator(tiny, tokenizer, prefix_cache_tokens=200)
+    plain = HFGenerator(tiny, tokenizer, prefix_cache_tokens=0)
+    trunks = [cached.generate([r], greedy)[0] for r in roots]  # each alone: two entries of 45 tokens
+    points = [r + t.ids + [rng.randrange(100, 20_000) for _ in range(4)] for r, t in zip(roots, trunks, strict=True)]
+    cache = cached.prefix_cache
+    for tree, point in enumerate(points):
+        hits, reused = cache.hits, cache.reused_tokens
+        outs = cached.generate([point] * 6, free, seeds=list(range(6)))
+        assert cache.hits - hits == 1 and cache.reused_tokens - reused == len(roots[tree]) + 5  # the trunk
+        assert outs[0].timings["shared_prompts"] == 1.0
+        for out, ref in zip(outs, plain.generate([point] * 6, free, seeds=list(range(6))), strict=True):
+            assert out.ids == ref.ids
+        if tree == 0:  # the branches hold their prompt once: 50 + 6 x 5 tokens, beside the other trunk's 45
+            assert cache.tokens == len(point) + sum(len(o.ids) - 1 for o in outs) + len(roots[1]) + 5 <= 200
+            assert 6 * len(point) > 200  # what 6 copies would have needed

@@ -10,7 +10,8 @@ batch holds ~8x less of it; ``benchmarks/bench_decode.py --shared`` measures bot
 
 Both give :class:`agentrl.rollout.generators.hf.HFGenerator` the same four operations: the first
 logits, one decode step (:meth:`advance`), dropping rows that stopped (:meth:`keep`), and each
-row's K/V for the prefix cache (:meth:`kv_rows`).
+row's K/V for the prefix cache (:meth:`kv_rows`: with shared prompts, each prompt's K/V once as a
+:class:`~agentrl.rollout.generators.kv_cache.SharedPrefix` and each row's own tokens past it).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from typing import Any
 import torch
 
 from agentrl.kernels import prefix_attention
-from agentrl.rollout.generators.kv_cache import left_pad, roomy_cache
+from agentrl.rollout.generators.kv_cache import SharedPrefix, left_pad, roomy_cache
 
 HFGenerator = Any  # agentrl.rollout.generators.hf.HFGenerator, which imports this module
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # (keys, values) [1, H, T, D] per layer
+RowKV = tuple[KV, SharedPrefix | None]  # a row's K/V for the prefix cache: past the shared prefix, if any
 
 
 def shares_prompts(prompts: Sequence[Sequence[int]]) -> bool:
@@ -72,10 +74,10 @@ class PaddedRows:
         self.cache.batch_select_indices(index)
         self.attention, self.last_pos = self.attention[index], self.last_pos[index]
 
-    def kv_rows(self, rows: list[tuple[int, int, int]], *, release: bool = False) -> list[KV]:
+    def kv_rows(self, rows: list[tuple[int, int, int]], *, release: bool = False) -> list[RowKV]:
         """K/V of ``(cache row, prompt index, generated tokens fed)`` triples: the prompt and the
-        fed tokens, without padding. ``release``: the batch is done, so each layer's buffers are let
-        go once copied (one batch copy plus one layer at a time, not two)."""
+        fed tokens, without padding (no shared prefix). ``release``: the batch is done, so each
+        layer's buffers are let go once copied (one batch copy plus one layer at a time, not two)."""
         kvs: list[KV] = [[] for _ in rows]
         for layer in self.cache.layers:
             for kv, (r, b, fed) in zip(kvs, rows, strict=True):
@@ -83,7 +85,7 @@ class PaddedRows:
                 kv.append((layer.keys[r : r + 1, :, span].clone(), layer.values[r : r + 1, :, span].clone()))
             if release:
                 layer.release()
-        return kvs
+        return [(kv, None) for kv in kvs]
 
 
 class SharedPromptRows:
@@ -105,6 +107,7 @@ class SharedPromptRows:
         rows = [torch.nonzero(group == g).flatten() for g in range(len(distinct))]
         self.prefixes = prefix_attention.Prefixes(prefixes_kv, rows, len(prompts))
         self.kv = prefixes_kv  # per group, for kv_rows
+        self.bases: dict[int, SharedPrefix] = {}  # per group, made by the first kv_rows that needs it
         self.logits = torch.stack(first_logits)[group]  # [B, V]
         self.cache = roomy_cache(room)  # generated tokens only
         self.fed = 0
@@ -127,23 +130,20 @@ class SharedPromptRows:
         self.last_pos = self.last_pos[index]
         self.group_of_row = [self.group_of_row[i] for i in index.tolist()]
 
-    def kv_rows(self, rows: list[tuple[int, int, int]], *, release: bool = False) -> list[KV]:
-        kvs: list[KV] = []
+    def kv_rows(self, rows: list[tuple[int, int, int]], *, release: bool = False) -> list[RowKV]:
+        """Per ``(cache row, prompt index, generated tokens fed)``: the row's fed tokens' K/V and its
+        prompt's :class:`SharedPrefix` (one per prompt, shared by its rows' cache entries)."""
+        out: list[RowKV] = []
         for r, _, fed in rows:
-            kv = []
-            for layer, (keys, values) in enumerate(self.kv[self.group_of_row[r]]):
-                if fed:  # the prompt's K/V, then the row's fed tokens
-                    tail = self.cache.layers[layer]
-                    keys = torch.cat([keys, tail.keys[r : r + 1, :, :fed]], dim=2)
-                    values = torch.cat([values, tail.values[r : r + 1, :, :fed]], dim=2)
-                else:  # its own copy: the prompt's tensors may be views of a larger batch buffer
-                    keys, values = keys.clone(), values.clone()
-                kv.append((keys, values))
-            kvs.append(kv)
+            group = self.group_of_row[r]
+            if group not in self.bases:
+                self.bases[group] = SharedPrefix(self.kv[group])
+            out.append(([(layer.keys[r : r + 1, :, :fed].clone(), layer.values[r : r + 1, :, :fed].clone())
+                         for layer in self.cache.layers], self.bases[group]))  # fmt: skip
         if release:
             for layer in self.cache.layers:
                 layer.release()
-        return kvs
+        return out
 
 
 def decode_rows(gen: HFGenerator, prompts: list[Sequence[int]], room: int) -> PaddedRows | SharedPromptRows:
@@ -159,4 +159,4 @@ def decode_rows(gen: HFGenerator, prompts: list[Sequence[int]], room: int) -> Pa
     return PaddedRows(gen, prompts, room)
 
 
-__all__ = ["PaddedRows", "SharedPromptRows", "decode_rows", "shares_prompts"]
+__all__ = ["PaddedRows", "RowKV", "SharedPromptRows", "decode_rows", "shares_prompts"]

@@ -271,8 +271,8 @@ class HFGenerator(Generator):
         if self.prefix_cache is None:
             return
         kvs = state.kv_rows([(r, b, len(ids[b]) - 1) for r, b in rows], release=release)
-        for (_, b), kv in zip(rows, kvs, strict=True):
-            self.prefix_cache.store(list(prompts[b]) + ids[b][:-1], kv)
+        for (_, b), (kv, base) in zip(rows, kvs, strict=True):
+            self.prefix_cache.store(list(prompts[b]) + ids[b][:-1], kv, base)
 
     def _prefill_with_prefix_cache(
         self, prompts: list[Sequence[int]], room: int
