@@ -38,7 +38,7 @@ def agentrl_train(*args: str, timeout: int = 900) -> subprocess.CompletedProcess
 @pytest.mark.slow
 def test_train_through_a_pipe_prints_every_phase_and_records_the_auto_precision(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
-    # rollout.prefix_cache_tokens=null: the quickstart sets 8192; unset, the default budget is resolved and said
+    # rollout.prefix_cache_tokens=null: the quickstart sets 24576; unset, the default budget is resolved and said
     proc = agentrl_train(str(QUICKSTART), f"model.name={tiny_model_dir}", *SHORT, "train.sft_warmup_steps=3",
                          "train.steps=2", "train.num_threads=1", "rollout.prefix_cache_tokens=null",
                          f"train.out_dir={out}")  # fmt: skip
