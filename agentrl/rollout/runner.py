@@ -382,13 +382,14 @@ class Runner:
             self.generator.reset_cache()
         asked0, reused0 = self.generator.prefix_reuse() if self.generator is not None else (0, 0)
         make_policy = self.policy_factory or (lambda: ModelPolicy(batcher.submit))  # type: ignore[union-attr]
-        executor = ThreadPoolExecutor(max_workers=cfg.concurrency + 4, thread_name_prefix="agentrl-env")
+        executor = ThreadPoolExecutor(max_workers=max(cfg.concurrency, cfg.branch_concurrency or 0) + 4, thread_name_prefix="agentrl-env")
         semaphore = asyncio.Semaphore(cfg.concurrency)
+        branch_semaphore = asyncio.Semaphore(cfg.branch_concurrency or cfg.concurrency)
         t0 = time.perf_counter()
         display = _Display(len(results), self, enabled=self.show_progress)
 
         async def one(job: _Job) -> None:
-            async with semaphore:
+            async with semaphore if job.root is None else branch_semaphore:
                 if batcher is not None:
                     batcher.enter()
                 try:

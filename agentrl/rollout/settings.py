@@ -51,6 +51,8 @@ class RolloutConfig:
     """Tasks sampled per training step."""
     concurrency: int = setting(8, eval="episodes in flight: the same episodes, batched otherwise (float sums may differ in their last bits)")
     """Episodes run at once."""
+    branch_concurrency: int | None = setting(None, eval="training tree rollouts: the same branches, batched otherwise (evals run chains)")
+    """With branches > 0: branches run at once, once every root has ended. A branch holds only its own tokens' K/V (its trunk's is held once per tree, backend=hf), so many more fit than whole episodes: with branch_at=last and a CPU, a decode batch of several trees' answers costs little more than one tree's. Unset = concurrency."""
     max_new_tokens: int = setting(SamplingParams.max_new_tokens, eval=True)
     """Token budget of one assistant turn."""
     max_context_tokens: int = setting(2048, eval=True)
@@ -125,6 +127,7 @@ class RolloutConfig:
         for name in (
             "tasks_per_step",
             "concurrency",
+            "branch_concurrency",
             "group_size",
             "max_new_tokens",
             "max_context_tokens",

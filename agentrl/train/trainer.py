@@ -108,7 +108,7 @@ def make_generator_for(config: RunConfig, policy: Any, tokenizer: Any) -> Any:
     rollout, seed = config.rollout, config.train.seed
     if rollout.backend == "hf":
         return make_generator("hf", model=policy.model, tokenizer=tokenizer, seed=seed,
-                              max_batch_size=max(32, rollout.concurrency),
+                              max_batch_size=max(32, rollout.concurrency, rollout.branch_concurrency or 0),
                               prefix_cache_tokens=rollout.prefix_cache_tokens,
                               sample_dtype=torch.bfloat16 if rollout.sampler_dtype == "bfloat16" else None)  # fmt: skip
     if rollout.backend == "vllm":

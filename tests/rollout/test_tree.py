@@ -80,6 +80,17 @@ def test_the_same_seed_gives_the_same_tree(tiny, tokenizer):
     assert [_essence(e) for e in first] == [_essence(e) for e in second]
 
 
+def test_branches_in_flight_change_the_batches_not_the_branches(tiny, tokenizer):
+    """rollout.branch_concurrency: 12 branches (4 roots x 3, each answering once) decode one at a
+    time or in one lock-step batch; each samples on its own stream, so the same tokens come out."""
+    narrow, wide = RunStats(), RunStats()
+    one_by_one = _run(tiny, tokenizer, stats=narrow, branch_concurrency=1)
+    together = _run(tiny, tokenizer, stats=wide, branch_concurrency=12)
+    assert narrow.generate_calls - wide.generate_calls == 12 - 1  # the roots' calls are the same
+    tokens = [[t.output_ids for t in e.turns] for e in one_by_one]
+    assert tokens == [[t.output_ids for t in e.turns] for e in together]
+
+
 def test_uniform_branch_points_are_seeded_turn_boundaries(tiny, tokenizer):
     episodes = _run(tiny, tokenizer, branch_at="uniform")
     points = [e.branch_turn for e in episodes if e.parent_id is None]
@@ -111,7 +122,8 @@ def test_a_branch_that_diverges_under_replay_fails_saying_where(tiny, tokenizer)
 @pytest.mark.parametrize(
     ("changes", "field"),
     [({"branches": -1}, "rollout.branches"), ({"branch_at": "middle"}, "rollout.branch_at"),
-     ({"folding": "summary"}, "rollout.branches"), ({"branch_temperature": 0.0}, "rollout.branch_temperature")],  # fmt: skip
+     ({"folding": "summary"}, "rollout.branches"), ({"branch_temperature": 0.0}, "rollout.branch_temperature"),
+     ({"branch_concurrency": 0}, "rollout.branch_concurrency")],  # fmt: skip
 )
 def test_bad_tree_settings_name_the_field(changes, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):

@@ -58,3 +58,12 @@ def test_branches_sample_hotter_and_train_through_agentrl_train(tiny_model_dir, 
     # recomputed behaviour log-probs: the mismatch against the hotter sampler is logged (and large)
     assert step["mismatch/abs_mean"] > 1e-3
     assert "loss/grad_norm" in step and step["loss/skipped_rows"] < 1
+
+
+def test_branches_in_flight_without_branches_fail_before_anything_runs(tmp_path):
+    out = tmp_path / "run"
+    proc = agentrl_train(str(QUICKSTART), *SHORT, "rollout.branches=0", "rollout.branch_concurrency=64",
+                         f"train.out_dir={out}", timeout=300)  # fmt: skip
+    assert proc.returncode != 0
+    assert "rollout.branch_concurrency" in proc.stderr and "set rollout.branches" in proc.stderr
+    assert not (out / "metrics.jsonl").exists()  # nothing ran
