@@ -87,6 +87,16 @@ def test_a_sampler_dtype_for_a_server_backend_is_refused():
     assert load_config(None, overrides[:2]).rollout.sampler_dtype == "model"
 
 
+def test_an_eval_sampler_dtype_that_cannot_apply_is_refused():
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["train.eval_sampler_dtype=bf16"])
+    assert info.value.field == "train.eval_sampler_dtype" and "auto" in str(info.value)
+    server = ["rollout.backend=openai", "rollout.base_url=http://127.0.0.1:9/v1", "train.eval_sampler_dtype=auto"]
+    with pytest.raises(ConfigError) as info:
+        load_config(None, server)
+    assert info.value.field == "train.eval_sampler_dtype" and "only with rollout.backend=hf" in str(info.value)
+
+
 def test_every_setting_is_classified_as_shaping_the_held_out_eval_or_not():
     """A new setting fails here until it is declared with ``setting(default, eval=...)``: True (arms
     that differ in it evaluate themselves), WHEN_SAMPLED, or why it does not shape the eval

@@ -6,6 +6,7 @@ evals of the same tasks (sign test)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,12 +59,13 @@ def make_evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: M
         if peaks is not None:
             peaks.start()
         name = "eval before RL" if step == 0 else f"eval after step {step}"
-        with progress.phase(name, len(tasks), unit="episode", per_step=False, key="eval") as phase:
-            episodes, _ = rollouts.run(tasks, seed=EVAL_SEED, version=step, group_size=1,
-                                       temperature=config.train.eval_temperature,
-                                       on_episode=phase.on_episode(  # success, as logged below
-                                           "success", lambda ep: solved(ep.metrics, ep.outcome, rollouts.success_metric(ep))))  # fmt: skip
-        episodes, replayed = replay_failed(episodes, tasks, rollouts, name, step, config, progress)
+        with eval_sampling(getattr(rollouts, "generator", None), config):  # replays included
+            with progress.phase(name, len(tasks), unit="episode", per_step=False, key="eval") as phase:
+                episodes, _ = rollouts.run(tasks, seed=EVAL_SEED, version=step, group_size=1,
+                                           temperature=config.train.eval_temperature,
+                                           on_episode=phase.on_episode(  # success, as logged below
+                                               "success", lambda ep: solved(ep.metrics, ep.outcome, rollouts.success_metric(ep))))  # fmt: skip
+            episodes, replayed = replay_failed(episodes, tasks, rollouts, name, step, config, progress)
         if out_dir is not None:  # saved before the check below, so crashed episodes can be read too
             (out_dir / "eval").mkdir(parents=True, exist_ok=True)
             write_jsonl(episodes, out_dir / "eval" / f"step-{step:06d}.jsonl")
@@ -91,6 +93,16 @@ def make_evaluator(config: RunConfig, rollouts: Rollouts, policy: Any, logger: M
         return outcomes, details
 
     return evaluate
+
+
+def eval_sampling(generator: Any, config: RunConfig) -> contextlib.AbstractContextManager:
+    """``train.eval_sampler_dtype`` (resolved) around an eval: the in-process generator samples from a
+    bfloat16 copy of the weights (:meth:`HFGenerator.sampling_in`); else nothing changes."""
+    if config.train.eval_sampler_dtype == "bfloat16" and hasattr(generator, "sampling_in"):
+        import torch
+
+        return generator.sampling_in(torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def replay_failed(episodes: list[Episode], tasks: list[Any], rollouts: Rollouts, name: str, step: int,

@@ -370,6 +370,11 @@ class MixtureRollouts:
         self.sizes = [sum(1 for i, _ in self.train_tasks if i == k) for k in range(len(self.envs))]
         self.run_options = self.envs[0].run_options
 
+    @property
+    def generator(self) -> Any:
+        """The generator every env's rollouts share."""
+        return self.envs[0].generator
+
     def demo_count(self, count: int) -> int:
         """How many demonstrations :meth:`demonstrations` plays for ``count`` asked."""
         with_oracle = [i for i, e in enumerate(self.entries) if e.oracle]

@@ -95,8 +95,29 @@ def measured_config(config: RunConfig, model: Any, progress: RunProgress,
             why = f"{tokens} tokens ({tokens * kv_bytes_per_token(model, kv_dtype) / 2**30:.1f} GiB), as set"
         progress.print(f"generator: hf, rollout.prefix_cache_tokens={tokens}: {why}")
         rollout = dataclasses.replace(rollout, prefix_cache_tokens=tokens, sampler_dtype=sampler)
+        train = dataclasses.replace(train, eval_sampler_dtype=eval_sampler(config, precision, lora, sampler, progress))
     train = dataclasses.replace(train, bf16_autocast=precision.bf16)
     return dataclasses.replace(config, train=train, rollout=rollout), precision
+
+
+def eval_sampler(config: RunConfig, precision: Decision, lora: bool, rollouts: str, progress: RunProgress) -> str:
+    """``train.eval_sampler_dtype`` resolved and printed (``auto``: bfloat16 where the learner's bf16
+    autocast was measured faster, as ``rollout.sampler_dtype``); ``model`` where the rollouts
+    (``rollouts``: the resolved ``rollout.sampler_dtype``) sample in bfloat16 already."""
+    asked, said = config.train.eval_sampler_dtype, "as set"
+    if asked == "auto":
+        asked = "bfloat16" if precision.bf16 and not lora else "model"
+        said = f"auto: train.bf16_autocast resolved to {str(precision.bf16).lower()}" + (", LoRA" if lora else "")
+    if asked == "bfloat16" and lora:
+        raise ConfigError("train.eval_sampler_dtype", "a LoRA model samples from its live weights",
+                          "leave train.eval_sampler_dtype=model (or auto) with LoRA")  # fmt: skip
+    if asked == "bfloat16" and "bfloat16" in (config.model.dtype, rollouts):
+        asked, said = "model", "the rollouts sample in bfloat16 already"
+    if config.train.eval_episodes > 0:
+        dtype = config.model.dtype if rollouts == "model" else rollouts
+        progress.print(f"evals: hf samples in {dtype if asked == 'model' else asked} "
+                       f"(train.eval_sampler_dtype={asked}, {said})")  # fmt: skip
+    return asked
 
 
 def make_generator_for(config: RunConfig, policy: Any, tokenizer: Any) -> Any:

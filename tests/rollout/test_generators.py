@@ -451,6 +451,40 @@ def test_a_bfloat16_sampler_samples_from_its_own_copy_and_takes_new_weights(tiny
     assert HFGenerator(tiny, tokenizer, sample_dtype=torch.float32).model is tiny  # the model's own dtype: no copy
 
 
+def test_an_eval_in_bfloat16_samples_from_a_fresh_copy_and_leaves_the_model_as_it_was(tiny, tokenizer):
+    """train.eval_sampler_dtype=bfloat16: inside ``sampling_in`` the generator samples what a bfloat16
+    copy of the current weights samples; after it, the float32 model itself again, and the prefix
+    cache holds nothing from the copy."""
+    import copy
+
+    learner = copy.deepcopy(tiny)
+    gen = HFGenerator(learner, tokenizer, prefix_cache_tokens=4096)
+    prompt = tokenizer.encode("Find the capital of Fooland.")
+    sampling = SamplingParams(max_new_tokens=6, temperature=0.0)
+    alone = gen.generate([prompt], sampling)[0].ids
+
+    def bf16_ids():
+        reference = copy.deepcopy(learner).to(torch.bfloat16)
+        return HFGenerator(reference, tokenizer, prefix_cache_tokens=0).generate([prompt], sampling)[0].ids
+
+    for _ in range(2):  # the second copy is made from the weights the learner has then
+        with gen.sampling_in(torch.bfloat16):
+            assert {p.dtype for p in gen.model.parameters()} == {torch.bfloat16} and gen.model is not learner
+            assert gen.generate([prompt], sampling)[0].ids == bf16_ids()
+            assert gen.prefix_cache.tokens > 0
+        assert gen.model is learner and gen.prefix_cache.tokens == 0
+        assert {p.dtype for p in learner.parameters()} == {torch.float32}
+        with torch.no_grad():
+            for p in learner.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2)))
+    with torch.no_grad():
+        for p in learner.parameters():  # undo both steps: the float32 model samples as before
+            p.sub_(2 * 0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2)))
+    assert gen.generate([prompt], sampling)[0].ids == alone
+    with gen.sampling_in(torch.float32):  # the model's own dtype: no copy
+        assert gen.model is learner
+
+
 def test_entries_past_a_shared_prefix_count_it_once_and_read_back_whole():
     """Hand-computed budget: two entries on one 20-token SharedPrefix with 3 and 5 tokens of their
     own hold 20 + 3 + 5 = 28 tokens; dropping one keeps the prefix, dropping both frees it; a view

@@ -171,6 +171,28 @@ def test_a_bfloat16_sampler_trains_and_the_learner_measures_its_mismatch(setting
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("setting", ["bfloat16", "auto"])
+def test_evals_in_bfloat16_are_said_saved_and_leave_the_rollouts_in_float32(setting, tiny_model_dir, tmp_path):
+    """train.eval_sampler_dtype: bfloat16 evaluates from a bfloat16 copy while the rollouts sample the
+    live float32 weights (no mismatch to measure); auto where the learner runs float32 keeps float32."""
+    out = tmp_path / "run"
+    proc = agentrl_train(str(QUICKSTART), f"model.name={tiny_model_dir}", *SHORT, "train.bf16_autocast=false",
+                         f"train.eval_sampler_dtype={setting}", f"train.out_dir={out}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    resolved = yaml.safe_load((out / "resolved_config.yaml").read_text())
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    step = next(r for r in records if r["step"] == 1 and "perf/step_s" in r)
+    assert "mismatch/abs_mean" not in step and resolved["rollout"]["sampler_dtype"] == "model"
+    assert [r["step"] for r in records if "eval/success" in r] == [0, 1]
+    if setting == "bfloat16":
+        assert "evals: hf samples in bfloat16 (train.eval_sampler_dtype=bfloat16, as set)" in proc.stdout
+        assert resolved["train"]["eval_sampler_dtype"] == "bfloat16"
+    else:
+        line = "evals: hf samples in float32 (train.eval_sampler_dtype=model, auto: train.bf16_autocast resolved to false)"
+        assert line in proc.stdout and resolved["train"]["eval_sampler_dtype"] == "model"
+
+
+@pytest.mark.slow
 def test_a_warm_up_can_demonstrate_folding_beside_react(tiny_model_dir, tmp_path):
     """`train.sft_fold_share`: half the demonstrations are played with branch/return by the folding
     oracle (under the folding system prompt), half as ReAct; the warm-up trains on both."""

@@ -7,10 +7,11 @@ it reports are computed from exactly the distribution each token was drawn from 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -434,3 +435,24 @@ class HFGenerator(Generator):
                 if name not in params:
                     raise GeneratorError(f"update_weights: the model has no parameter {name!r}")
                 params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+
+    @contextlib.contextmanager
+    def sampling_in(self, dtype: torch.dtype | None) -> Iterator[None]:
+        """Inside the block, sample from a copy of the model in ``dtype`` (``train.eval_sampler_dtype``:
+        a held-out eval in bfloat16 from a float32 learner), made from the current weights and freed
+        after it; the prefix cache is emptied on the way in and out (its K/V are the other
+        model's). None or the model's own dtype: the model itself."""
+        if dtype is None or dtype == next(self.model.parameters()).dtype:
+            yield
+            return
+        model, head = self.model, self.head
+        self.reset_cache()
+        with self._lock:
+            self.model = sampling_copy(model, dtype)
+            self.head = packed_head_for(self.model)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.model, self.head = model, head
+            self.reset_cache()
