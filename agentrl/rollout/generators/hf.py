@@ -60,7 +60,10 @@ def _remap_row(
 
 def sampling_copy(model: Any, dtype: torch.dtype) -> Any:
     """A frozen copy of ``model`` in ``dtype`` to sample from (a LoRA model is refused: its
-    weights reach a generator merged, under the base model's names)."""
+    weights reach a generator merged, under the base model's names). Each parameter is converted on
+    its own, so the copy never holds a second set of weights in the model's dtype (a float32
+    deepcopy first would add 0.5 GiB for SmolLM2 at its peak); tied weights stay tied, gradients are
+    not copied."""
     import copy
 
     from agentrl.rollout.model import is_peft
@@ -69,7 +72,8 @@ def sampling_copy(model: Any, dtype: torch.dtype) -> Any:
         raise GeneratorError(
             "rollout.sampler_dtype: a LoRA model samples from its live weights; leave sampler_dtype=model"
         )
-    return copy.deepcopy(model).to(dtype).eval().requires_grad_(False)
+    memo = {id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in model.parameters()}
+    return copy.deepcopy(model, memo).to(dtype).eval().requires_grad_(False)
 
 
 class HFGenerator(Generator):
