@@ -91,10 +91,11 @@ def test_an_eval_sampler_dtype_that_cannot_apply_is_refused():
     with pytest.raises(ConfigError) as info:
         load_config(None, ["train.eval_sampler_dtype=bf16"])
     assert info.value.field == "train.eval_sampler_dtype" and "auto" in str(info.value)
-    server = ["rollout.backend=openai", "rollout.base_url=http://127.0.0.1:9/v1", "train.eval_sampler_dtype=auto"]
+    server = ["rollout.backend=openai", "rollout.base_url=http://127.0.0.1:9/v1", "train.eval_sampler_dtype=bfloat16"]
     with pytest.raises(ConfigError) as info:
         load_config(None, server)
     assert info.value.field == "train.eval_sampler_dtype" and "only with rollout.backend=hf" in str(info.value)
+    assert load_config(None, [*server[:2], "train.eval_sampler_dtype=auto"]).train.eval_sampler_dtype == "auto"
 
 
 def test_every_setting_is_classified_as_shaping_the_held_out_eval_or_not():

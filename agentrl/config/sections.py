@@ -329,7 +329,7 @@ class TrainConfig:
     eval_temperature: float = setting(0.0, eval=True)
     """Sampling temperature of held-out evaluation (0 = greedy)."""
     eval_sampler_dtype: str = setting("model", eval=True)
-    """With rollout.backend=hf: the precision held-out evals sample in: model (as the rollouts: rollout.sampler_dtype) | bfloat16 (a bfloat16 copy of the model made for each eval and freed after it, +2 bytes a parameter; its K/V take half the memory; greedy answers may differ from float32's where two tokens nearly tie, the same way before and after RL) | auto (bfloat16 where train.bf16_autocast resolved to bf16, i.e. on CPUs whose bfloat16 matmuls are faster; else model; printed and saved). The evals of the quickstart are half prefill of observations, which bfloat16 runs ~1.8x faster on such CPUs."""
+    """With rollout.backend=hf: the precision held-out evals sample in: model (as the rollouts: rollout.sampler_dtype) | bfloat16 (a bfloat16 copy of the model made for each eval and freed after it, +2 bytes a parameter; its K/V take half the memory; greedy answers may differ from float32's where two tokens nearly tie, the same way before and after RL) | auto (bfloat16 where train.bf16_autocast resolved to bf16, i.e. on CPUs whose bfloat16 matmuls are faster; else model, and model with a vLLM or remote engine; printed and saved). The evals of the quickstart are half prefill of observations, which bfloat16 runs ~1.8x faster on such CPUs."""
     num_threads: int = setting(0, eval="optimisation and bookkeeping: training only")
     """torch CPU threads (0 = torch's default); 1 is fastest when other processes share the cores."""
     kernel_cache: int = setting(0, eval="optimisation and bookkeeping: training only")
@@ -438,6 +438,7 @@ class RunConfig:
         from agentrl.train.plan import objective_plan
 
         objective_plan(self)  # every objective need has a producer under this config; options resolve
-        if self.train.eval_sampler_dtype != "model" and self.rollout.backend != "hf":
-            raise ConfigError("train.eval_sampler_dtype", f"has effect only with rollout.backend=hf, not {self.rollout.backend}",
-                              "remove it (a vLLM or remote engine samples in its own dtype)")  # fmt: skip
+        if self.train.eval_sampler_dtype == "bfloat16" and self.rollout.backend != "hf":
+            raise ConfigError("train.eval_sampler_dtype", f"bfloat16 has effect only with rollout.backend=hf, not "
+                              f"{self.rollout.backend}", "remove it or use auto (a vLLM or remote engine samples in "
+                              "its own dtype)")  # fmt: skip

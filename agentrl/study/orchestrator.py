@@ -315,25 +315,42 @@ def check_finished(study: StudyConfig, runs: list[Run]) -> None:
         )  # fmt: skip
 
 
+#: settings whose ``auto`` a run resolves when it starts (from the bf16 measurement), which every arm
+#: of a seed takes from its warm-up
+RESOLVED_AT_START = ("train.bf16_autocast", "train.eval_sampler_dtype")
+
+
 def inherited_precision(study: StudyConfig, run: Run) -> tuple[str, ...]:
-    """``train.bf16_autocast`` for an arm whose setting is ``auto``: the value its warm-up resolved.
+    """``train.bf16_autocast`` (and ``train.eval_sampler_dtype``, which follows it) for an arm whose
+    setting is ``auto``: the value its warm-up resolved.
 
     ``auto`` times bf16 against float32 when a run starts; near the threshold that probe goes either
     way (an H200 shared by six runs measured 1.06x to 1.27x), so arms of one seed could train in
     different precisions. Resolved once per seed, by the warm-up, every arm of the seed trains in the
-    one precision (each seed still measures its own)."""
-    if run.method is None or _run_config(study, run, "study").train.bf16_autocast != "auto":
+    one precision (each seed still measures its own), and evaluates as the warm-up did (its eval
+    before RL is the warm-up's)."""
+    if run.method is None:
         return ()
+    config = _run_config(study, run, "study")
     resolved_path = study.warmup(run.seed).out_dir / "resolved_config.yaml"
     resolved = yaml.safe_load(resolved_path.read_text()) if resolved_path.exists() else None
-    value = _leaf(resolved or {}, "train.bf16_autocast")
-    return (f"train.bf16_autocast={str(value).lower()}",) if isinstance(value, bool) else ()
+    given = []
+    for key in RESOLVED_AT_START:
+        section, name = key.split(".")
+        if getattr(getattr(config, section), name) != "auto":
+            continue
+        value = _leaf(resolved or {}, key)
+        if isinstance(value, bool):
+            given.append(f"{key}={str(value).lower()}")
+        elif isinstance(value, str) and value != "auto":
+            given.append(f"{key}={value}")
+    return tuple(given)
 
 
 def _command(study: StudyConfig, run: Run, progress: Any = None) -> list[str]:
     precision = inherited_precision(study, run)
     if precision and progress is not None:
-        progress.line(f"study: {run.label}: {precision[0]}, as its warm-up resolved train.bf16_autocast=auto "
+        progress.line(f"study: {run.label}: {' '.join(precision)}, as its warm-up resolved auto "
                       "(one precision for every arm of a seed)")  # fmt: skip
     cmd = [sys.executable, "-m", "agentrl.cli", "train", str(study.base), *run.overrides, *precision]
     run.out_dir.mkdir(parents=True, exist_ok=True)

@@ -142,7 +142,7 @@ def objective_plan(config: Any) -> ObjectivePlan:
     _check_mismatch(config, loss_options)
     if config.rollout.branch_concurrency is not None and not config.rollout.branches:
         raise ConfigError("rollout.branch_concurrency", "has effect only with tree rollouts (rollout.branches > 0)",
-                          "set rollout.branches or leave rollout.branch_concurrency unset")  # fmt: skip
+                          "set rollout.branches > 0, or rollout.branch_concurrency=null (the quickstart sets 120)")  # fmt: skip
     return plan
 
 

@@ -96,6 +96,9 @@ def measured_config(config: RunConfig, model: Any, progress: RunProgress,
         progress.print(f"generator: hf, rollout.prefix_cache_tokens={tokens}: {why}")
         rollout = dataclasses.replace(rollout, prefix_cache_tokens=tokens, sampler_dtype=sampler)
         train = dataclasses.replace(train, eval_sampler_dtype=eval_sampler(config, precision, lora, sampler, progress))
+    elif train.eval_sampler_dtype == "auto":
+        progress.print(f"evals: the {rollout.backend} engine samples in its own dtype (train.eval_sampler_dtype=model, auto)")
+        train = dataclasses.replace(train, eval_sampler_dtype="model")
     train = dataclasses.replace(train, bf16_autocast=precision.bf16)
     return dataclasses.replace(config, train=train, rollout=rollout), precision
 

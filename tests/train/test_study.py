@@ -23,7 +23,7 @@ QUICKSTART = REPO / "configs" / "quickstart.yaml"
 SMALL = {
     "train.sft_warmup_steps": 1, "train.sft_demos": 2, "train.sft_batch_size": 1, "train.micro_batch_size": 1,
     "train.minibatch_size": 2, "train.trainable_layers": 2, "train.num_threads": 1, "rollout.tasks_per_step": 1,
-    "rollout.group_size": 2, "rollout.branches": 0, "rollout.concurrency": 2, "rollout.max_new_tokens": 16,
+    "rollout.group_size": 2, "rollout.branches": 0, "rollout.branch_concurrency": None, "rollout.concurrency": 2, "rollout.max_new_tokens": 16,
     "algo.dynamic_sampling": False,
 }  # fmt: skip
 
@@ -76,11 +76,32 @@ def test_arms_train_in_the_precision_their_warm_up_resolved_from_auto(tmp_path, 
     warm, grpo, igpo, fp32 = plan(study)
     assert inherited_precision(study, grpo) == ()  # the warm-up has not run yet: the arm would probe
     warm.out_dir.mkdir(parents=True)
-    (warm.out_dir / "resolved_config.yaml").write_text(yaml.safe_dump({"train": {"bf16_autocast": warm_value}}))
-    given = (f"train.bf16_autocast={str(warm_value).lower()}",)
+    evals = "bfloat16" if warm_value else "model"
+    resolved = {"train": {"bf16_autocast": warm_value, "eval_sampler_dtype": evals}}
+    (warm.out_dir / "resolved_config.yaml").write_text(yaml.safe_dump(resolved))
+    given = (f"train.bf16_autocast={str(warm_value).lower()}", f"train.eval_sampler_dtype={evals}")
     assert inherited_precision(study, grpo) == inherited_precision(study, igpo) == given
     assert inherited_precision(study, warm) == ()  # the warm-up resolves it
-    assert inherited_precision(study, fp32) == ()  # a method that sets it keeps its own
+    # a method that sets it keeps its own (and evaluates as the warm-up whose eval it shares)
+    assert inherited_precision(study, fp32) == given[1:]
+
+
+def test_arms_evaluate_in_the_dtype_their_warm_up_resolved_from_auto(tmp_path):
+    """train.eval_sampler_dtype=auto follows the warm-up's bf16 measurement: each arm takes the
+    warm-up's resolved value, so its declared settings equal those of the eval it shares."""
+    from agentrl.study.orchestrator import inherited_precision
+
+    study = load_study(write_study(
+        tmp_path, overrides={"model.name": "smollm2-135m", **SMALL, "train.bf16_autocast": "auto",
+                             "train.eval_sampler_dtype": "auto"},
+        methods={"grpo": {}, "f32": {"train.eval_sampler_dtype": "model"}},
+    ))  # fmt: skip
+    warm, grpo, f32 = plan(study)
+    warm.out_dir.mkdir(parents=True)
+    resolved = {"train": {"bf16_autocast": True, "eval_sampler_dtype": "bfloat16"}}
+    (warm.out_dir / "resolved_config.yaml").write_text(yaml.safe_dump(resolved))
+    assert inherited_precision(study, grpo) == ("train.bf16_autocast=true", "train.eval_sampler_dtype=bfloat16")
+    assert inherited_precision(study, f32) == ("train.bf16_autocast=true",)  # its own eval dtype stays
 
 
 def test_an_arm_that_evaluates_otherwise_than_the_warm_up_evaluates_itself_before_rl(tmp_path):
@@ -107,7 +128,7 @@ def test_eval_before_from_refuses_a_run_that_evaluated_with_other_settings(tmp_p
     (shared / "resolved_config.yaml").write_text(yaml.safe_dump(to_dict(load_config(QUICKSTART))))
     out = tmp_path / "arm"
     res = agentrl("train", str(QUICKSTART), f"train.eval_before_from={shared}", f"train.out_dir={out}",
-                  "rollout.folding=branch", "rollout.branches=0", "algo.advantage=foldgrpo", "algo.loss=foldgrpo",
+                  "rollout.folding=branch", "rollout.branches=0", "rollout.branch_concurrency=null", "algo.advantage=foldgrpo", "algo.loss=foldgrpo",
                   timeout=120)  # fmt: skip
     assert res.returncode == 1, res.stderr
     message = " ".join(res.stderr.split())

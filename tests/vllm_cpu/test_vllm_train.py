@@ -27,7 +27,7 @@ RUN = [
     "train.steps=2", "train.sft_warmup_steps=0", "train.eval_episodes=1", "train.resume=false",
     "train.trainable_layers=2", "train.micro_batch_size=2", "train.minibatch_size=4", "train.lr=1e-3",
     "train.bf16_autocast=false", "train.save_episodes=true", "train.num_threads=2",
-    "rollout.backend=vllm", "rollout.prefix_cache_tokens=null", "rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.branches=0", "rollout.concurrency=4",
+    "rollout.backend=vllm", "rollout.prefix_cache_tokens=null", "rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.branches=0", "rollout.branch_concurrency=null", "rollout.concurrency=4",
     "rollout.max_new_tokens=24", "rollout.max_context_tokens=1024", "env.max_turns=2",
     "algo.dynamic_sampling=false", "algo.entropy_coef=0.01", "algo.old_logprobs=recompute",
 ]  # fmt: skip
