@@ -317,12 +317,12 @@ def check_finished(study: StudyConfig, runs: list[Run]) -> None:
 
 #: settings whose ``auto`` a run resolves when it starts (from the bf16 measurement), which every arm
 #: of a seed takes from its warm-up
-RESOLVED_AT_START = ("train.bf16_autocast", "train.eval_sampler_dtype")
+RESOLVED_AT_START = ("train.bf16_autocast", "rollout.sampler_dtype", "train.eval_sampler_dtype")
 
 
 def inherited_precision(study: StudyConfig, run: Run) -> tuple[str, ...]:
-    """``train.bf16_autocast`` (and ``train.eval_sampler_dtype``, which follows it) for an arm whose
-    setting is ``auto``: the value its warm-up resolved.
+    """``train.bf16_autocast`` (and ``rollout.sampler_dtype`` / ``train.eval_sampler_dtype``, which
+    follow it) for an arm whose setting is ``auto``: the value its warm-up resolved.
 
     ``auto`` times bf16 against float32 when a run starts; near the threshold that probe goes either
     way (an H200 shared by six runs measured 1.06x to 1.27x), so arms of one seed could train in

@@ -87,21 +87,23 @@ def test_arms_train_in_the_precision_their_warm_up_resolved_from_auto(tmp_path, 
 
 
 def test_arms_evaluate_in_the_dtype_their_warm_up_resolved_from_auto(tmp_path):
-    """train.eval_sampler_dtype=auto follows the warm-up's bf16 measurement: each arm takes the
-    warm-up's resolved value, so its declared settings equal those of the eval it shares."""
+    """rollout.sampler_dtype / train.eval_sampler_dtype=auto follow the warm-up's bf16 measurement:
+    each arm takes the warm-up's resolved values, so its declared settings equal those of the eval it
+    shares (here the rollouts sampled in bfloat16, so the evals resolved to the model's own)."""
     from agentrl.study.orchestrator import inherited_precision
 
     study = load_study(write_study(
         tmp_path, overrides={"model.name": "smollm2-135m", **SMALL, "train.bf16_autocast": "auto",
-                             "train.eval_sampler_dtype": "auto"},
-        methods={"grpo": {}, "f32": {"train.eval_sampler_dtype": "model"}},
+                             "train.eval_sampler_dtype": "auto", "rollout.sampler_dtype": "auto"},
+        methods={"grpo": {}, "f32": {"train.eval_sampler_dtype": "model", "rollout.sampler_dtype": "model"}},
     ))  # fmt: skip
     warm, grpo, f32 = plan(study)
     warm.out_dir.mkdir(parents=True)
-    resolved = {"train": {"bf16_autocast": True, "eval_sampler_dtype": "bfloat16"}}
+    resolved = {"train": {"bf16_autocast": True, "eval_sampler_dtype": "model"}, "rollout": {"sampler_dtype": "bfloat16"}}
     (warm.out_dir / "resolved_config.yaml").write_text(yaml.safe_dump(resolved))
-    assert inherited_precision(study, grpo) == ("train.bf16_autocast=true", "train.eval_sampler_dtype=bfloat16")
-    assert inherited_precision(study, f32) == ("train.bf16_autocast=true",)  # its own eval dtype stays
+    assert inherited_precision(study, grpo) == (
+        "train.bf16_autocast=true", "rollout.sampler_dtype=bfloat16", "train.eval_sampler_dtype=model")
+    assert inherited_precision(study, f32) == ("train.bf16_autocast=true",)  # its own dtypes stay
 
 
 def test_an_arm_that_evaluates_otherwise_than_the_warm_up_evaluates_itself_before_rl(tmp_path):
