@@ -347,8 +347,9 @@ class Runner:
         """Run ``group_size`` episodes per task; returns episodes in job order (task-major).
 
         With ``rollout.branches`` > 0 each of them is the root of a tree (:mod:`agentrl.rollout.tree`):
-        once every root has ended, each root's branches run (seeded from the root's stream), and the
-        result lists each root followed by its branches; a tree is one group.
+        once every root has ended, each root's branches run (seeded from the root's stream;
+        ``rollout.branch_concurrency`` of them at once), and the result lists each root followed by
+        its branches; a tree is one group.
 
         Each episode samples from its own stream, seeded by (``seed`` or the task's ``seeds``
         entry, task id, occurrence of that task in ``tasks``, sample index): the same episode comes
@@ -382,9 +383,10 @@ class Runner:
             self.generator.reset_cache()
         asked0, reused0 = self.generator.prefix_reuse() if self.generator is not None else (0, 0)
         make_policy = self.policy_factory or (lambda: ModelPolicy(batcher.submit))  # type: ignore[union-attr]
-        executor = ThreadPoolExecutor(max_workers=max(cfg.concurrency, cfg.branch_concurrency or 0) + 4, thread_name_prefix="agentrl-env")
+        in_flight = max(cfg.concurrency, cfg.branch_concurrency or 0)
+        executor = ThreadPoolExecutor(max_workers=in_flight + 4, thread_name_prefix="agentrl-env")
         semaphore = asyncio.Semaphore(cfg.concurrency)
-        branch_semaphore = asyncio.Semaphore(cfg.branch_concurrency or cfg.concurrency)
+        branch_semaphore = asyncio.Semaphore(cfg.branch_concurrency or cfg.concurrency)  # after the roots
         t0 = time.perf_counter()
         display = _Display(len(results), self, enabled=self.show_progress)
 
