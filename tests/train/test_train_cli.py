@@ -147,18 +147,25 @@ def test_the_quickstart_config_runs_end_to_end(bf16, tmp_path):
     assert "held-out success before RL:" in proc.stdout
 
 
+def _float32_learner_run(tiny_model_dir, tmp_path, setting: str) -> tuple[subprocess.CompletedProcess[str], dict, list[dict]]:
+    """The CI-sized quickstart on the tiny model, the learner in float32, with ``setting``: the
+    process, the resolved config and the metrics records."""
+    out = tmp_path / "run"
+    proc = agentrl_train(str(QUICKSTART), f"model.name={tiny_model_dir}", *SHORT, "train.bf16_autocast=false",
+                         setting, f"train.out_dir={out}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    resolved = yaml.safe_load((out / "resolved_config.yaml").read_text())
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return proc, resolved, records
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("setting", ["bfloat16", "auto"])
 def test_a_bfloat16_sampler_trains_and_the_learner_measures_its_mismatch(setting, tiny_model_dir, tmp_path):
     """rollout.sampler_dtype: bfloat16 samples from a bfloat16 copy (given the learner's weights after
     the warm-up and each update), so the learner measures the sampler's log-probs (mismatch/*);
     auto where the learner runs float32 samples from the live weights, said and saved."""
-    out = tmp_path / "run"
-    proc = agentrl_train(str(QUICKSTART), f"model.name={tiny_model_dir}", *SHORT, "train.bf16_autocast=false",
-                         f"rollout.sampler_dtype={setting}", f"train.out_dir={out}")  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    resolved = yaml.safe_load((out / "resolved_config.yaml").read_text())
-    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    proc, resolved, records = _float32_learner_run(tiny_model_dir, tmp_path, f"rollout.sampler_dtype={setting}")
     step = next(r for r in records if r["step"] == 1 and "perf/step_s" in r)
     if setting == "bfloat16":
         assert "generator: hf samples in bfloat16 (rollout.sampler_dtype=bfloat16, as set)" in proc.stdout
@@ -175,12 +182,7 @@ def test_a_bfloat16_sampler_trains_and_the_learner_measures_its_mismatch(setting
 def test_evals_in_bfloat16_are_said_saved_and_leave_the_rollouts_in_float32(setting, tiny_model_dir, tmp_path):
     """train.eval_sampler_dtype: bfloat16 evaluates from a bfloat16 copy while the rollouts sample the
     live float32 weights (no mismatch to measure); auto where the learner runs float32 keeps float32."""
-    out = tmp_path / "run"
-    proc = agentrl_train(str(QUICKSTART), f"model.name={tiny_model_dir}", *SHORT, "train.bf16_autocast=false",
-                         f"train.eval_sampler_dtype={setting}", f"train.out_dir={out}")  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    resolved = yaml.safe_load((out / "resolved_config.yaml").read_text())
-    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    proc, resolved, records = _float32_learner_run(tiny_model_dir, tmp_path, f"train.eval_sampler_dtype={setting}")
     step = next(r for r in records if r["step"] == 1 and "perf/step_s" in r)
     assert "mismatch/abs_mean" not in step and resolved["rollout"]["sampler_dtype"] == "model"
     assert [r["step"] for r in records if "eval/success" in r] == [0, 1]
