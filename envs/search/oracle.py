@@ -3,7 +3,8 @@
 It follows the oracle protocol every env family uses (``reset(task)``, then ``act(observation)``
 returns the next action *text*) and acts only through the tools, with real Hermes tool calls:
 for each hop it searches the current entity's name, opens the result whose title is exactly that
-name (skipping near-duplicate distractors), reads the relation's infobox line and follows it. It
+name (skipping near-duplicate distractors), reads the relation's infobox line and follows it
+(:class:`SnippetSearchOracle` reads the line from the result's snippet where it is shown whole). It
 never looks at the gold answer; it reads the question's chain from ``task.payload``.
 """
 
@@ -106,7 +107,7 @@ class CitingSearchOracle(SearchOracle):
         action = super().act(observation, info)
         if action.startswith("<answer>") and self.hop == len(self.relations) and self.hop:
             label = RELATIONS[self.relations[-1]][0]
-            return f"{label}: {action[len('<answer>'):-len('</answer>')]}\n{action}"
+            return f"{label}: {action[len('<answer>') : -len('</answer>')]}\n{action}"
         return action
 
 
@@ -121,6 +122,49 @@ class PlanningSearchOracle(CitingSearchOracle):
         if first and action.startswith("<tool_call>"):
             return f"Looking for: {RELATIONS[self.relations[-1]][0]}\n{action}"
         return action
+
+
+#: a search result shown whole: followed by the next result or the closing line, not by the cut of an
+#: over-long observation (``env.max_obs_chars``)
+ENTRY_RE = re.compile(r"^\[\d+\] (\S+) \| (.+)\n    (.*)$(?=\n(?:\[\d+\] |Use open))", re.MULTILINE)
+#: any infobox label followed by ": " (where a snippet's flattened infobox line starts a field)
+LABEL_RE = re.compile("(" + "|".join(re.escape(label) for label, _ in RELATIONS.values()) + "): ")
+
+
+def snippet_fields(snippet: str) -> str:
+    """A search snippet's flattened infobox as ``Label: value`` lines; a field the snippet cut
+    (``...`` at its end) is left out, so only values shown whole are read."""
+    starts = [m.start() for m in LABEL_RE.finditer(snippet)]
+    ends = [*starts[1:], len(snippet)] if starts else []  # each field runs to the next label
+    fields = [snippet[a:b].strip() for a, b in zip(starts, ends, strict=True)]
+    if fields and snippet.endswith("..."):
+        fields.pop()
+    return "\n".join(fields)
+
+
+class SnippetSearchOracle(SearchOracle):
+    """:class:`SearchOracle` that reads a hop's field from the search result's snippet where the
+    snippet shows it whole, and opens the page only where it does not: on single-hop tasks ~90% of
+    episodes are two turns (search, answer) instead of three, and a demonstration is ~21% fewer
+    tokens (479 against 607 on the quickstart's warm-up) to sample, learn from and evaluate."""
+
+    def act(self, observation: str, info: dict[str, Any] | None = None) -> str:
+        if self.task is not None and self.state == "pick":
+            shown = (text for _, title, text in ENTRY_RE.findall(observation) if title.strip() == self.name)
+            snippet = next(shown, None)
+            # _read moves on to the next hop where the field is there
+            value = None if snippet is None else self._read(snippet_fields(snippet))
+            if value is not None:
+                if self.hop == len(self.relations):
+                    return f"<answer>{value}</answer>"
+                return self.act(observation, info)  # the next hop's search
+        return super().act(observation, info)
+
+
+class SnippetPlanningSearchOracle(PlanningSearchOracle, SnippetSearchOracle):
+    """:class:`PlanningSearchOracle` (``Looking for: Currency``, then the cited answer) that answers
+    from the search result's snippet where it shows the field (:class:`SnippetSearchOracle`): the
+    quickstart's warm-up."""
 
 
 class FoldingSearchOracle(SearchOracle):
