@@ -7,19 +7,14 @@ from agentrl.envs.search.wiki import RELATIONS
 
 
 def play(oracle_cls, hops: str, seed: int):
+    """One episode through the project's episode loop: reward, the actions, the first observation
+    and each action's observation."""
+    from agentrl.rollout.agent import play_text
+
     env = agentrl.make("agentrl/Search-v0", hops=hops, split="train", max_obs_chars=600)
-    obs, _ = env.reset(seed=seed)
-    oracle = oracle_cls()
-    oracle.reset(env.unwrapped.task)
-    actions, observations = [], [obs]
-    for _ in range(10):
-        action = oracle.act(obs)
-        obs, reward, terminated, truncated, _ = env.step(action)
-        actions.append(action)
-        observations.append(obs)
-        if terminated or truncated:
-            return reward, actions, observations
-    raise AssertionError("the oracle did not finish in 10 turns")
+    episode = play_text(env, oracle_cls(), seed=seed)
+    turns = episode.segments[0].turns
+    return episode.outcome, [t.action_text for t in turns], [None, *(t.observation for t in turns)]
 
 
 def test_snippet_fields_keeps_whole_fields_only():
