@@ -146,7 +146,7 @@ class SnippetSearchOracle(SearchOracle):
     """:class:`SearchOracle` that reads a hop's field from the search result's snippet where the
     snippet shows it whole, and opens the page only where it does not: on single-hop tasks ~90% of
     episodes are two turns (search, answer) instead of three, and a demonstration is ~21% fewer
-    tokens (479 against 607 on the quickstart's warm-up) to sample, learn from and evaluate."""
+    tokens (479 against 607 for the planning variant's quickstart demonstrations) to sample, learn from and evaluate."""
 
     def act(self, observation: str, info: dict[str, Any] | None = None) -> str:
         if self.task is not None and self.state == "pick":
@@ -163,8 +163,8 @@ class SnippetSearchOracle(SearchOracle):
 
 class SnippetPlanningSearchOracle(PlanningSearchOracle, SnippetSearchOracle):
     """:class:`PlanningSearchOracle` (``Looking for: Currency``, then the cited answer) that answers
-    from the search result's snippet where it shows the field (:class:`SnippetSearchOracle`): the
-    quickstart's warm-up."""
+    from the search result's snippet where it shows the field (:class:`SnippetSearchOracle`). Measured
+    as the quickstart's warm-up and not shipped there (docs/results/2026-11-29-quickstart-avx2.md)."""
 
 
 class FoldingSearchOracle(SearchOracle):

@@ -1,4 +1,4 @@
-"""The snippet-reading oracle (the quickstart's warm-up): it answers from a search result's snippet
+"""The snippet-reading oracle (measured as the quickstart's warm-up, not shipped): it answers from a search result's snippet
 where the snippet shows the field whole, and opens the page where it does not."""
 
 import agentrl
@@ -18,15 +18,10 @@ def play(oracle_cls, hops: str, seed: int):
 
 
 def test_snippet_fields_keeps_whole_fields_only():
-    shown = "Lekeix Dynamics is a company founded in 1951. Founder: Methyand Bili Headquarters: Fepim Founded: 1951 Employees: 158,280"
-    assert (
-        snippet_fields(shown)
-        == "Founder: Methyand Bili\nHeadquarters: Fepim\nFounded: 1951\nEmployees: 158,280"
-    )
-    cut = "Rithiond is a city. Country: Caeshiondia Population: 2,718,580 Birth year: 1120 Mayor: Proshyth..."
-    assert (
-        snippet_fields(cut) == "Country: Caeshiondia\nPopulation: 2,718,580\nBirth year: 1120"
-    )  # Mayor was cut
+    shown = "Lekeix Dynamics is a company. Founder: Methyand Bili Headquarters: Fepim Employees: 158,280"
+    assert snippet_fields(shown) == "Founder: Methyand Bili\nHeadquarters: Fepim\nEmployees: 158,280"
+    cut = "Rithiond is a city. Country: Caeshiondia Birth year: 1120 Mayor: Proshyth..."  # Mayor was cut
+    assert snippet_fields(cut) == "Country: Caeshiondia\nBirth year: 1120"
     assert snippet_fields("prose only, no infobox") == ""
 
 
