@@ -107,6 +107,31 @@ def _paired(base: dict[str, float], other: dict[str, float]) -> dict[str, Any]:
     return {"tasks": c["eval_episodes"], "gained": c["gained"], "lost": c["lost"], "p_value": c["p_value"]}
 
 
+def detectable_gain(tasks: int, discordant: int, *, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """The smallest net gain in success rate, ``extra / tasks``, that the paired exact sign test finds at
+    two-sided ``alpha`` with probability ``power``, if the two arms' disagreement seen here
+    (``discordant`` tasks, taken as noise: half gained, half lost) stays and the better arm solves
+    ``extra`` more tasks on top: then ``discordant + extra`` tasks differ, each a gain with probability
+    ``(discordant / 2 + extra) / (discordant + extra)``. None where even every task would not do."""
+    from math import comb
+
+    def critical(n: int) -> int | None:  # fewest gains of n with a two-sided p below alpha
+        tail = lambda k: sum(comb(n, j) for j in range(k, n + 1)) / 2**n  # noqa: E731
+        return next((k for k in range(n // 2 + 1, n + 1) if 2 * tail(k) < alpha), None)
+
+    for extra in range(1, tasks - discordant + 1):
+        n = discordant + extra
+        need, q = critical(n), (discordant / 2 + extra) / n
+        if need is not None and sum(comb(n, j) * q**j * (1 - q) ** (n - j) for j in range(need, n + 1)) >= power:
+            return extra / tasks
+    return None
+
+
+def _pooled(summaries: dict[tuple[int, str], Any], seeds: list[int], method: str, when: str) -> dict[str, float]:
+    """``seed/task -> outcome`` over ``seeds`` of one method's eval ``when`` (before / after)."""
+    return {f"{seed}/{t}": v for seed in seeds for t, v in summaries[(seed, method)]["eval_tasks"][when].items()}
+
+
 def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
     """results.json's content (see the module docstring)."""
     arms = [r for r in runs if r.method is not None]
@@ -153,6 +178,10 @@ def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
                                       for k in set.intersection(*(set(r["held_out_means"][when]) for r in rows))}
                                for when in ("before", "after")},
         }  # fmt: skip
+        # its own gain over the warm-up, pooled over seeds: a comparison counts only where the baseline's is real
+        seeds = [r["seed"] for r in rows]
+        own = _paired(_pooled(summaries, seeds, method.name, "before"), _pooled(summaries, seeds, method.name, "after"))
+        entry["own_gain_pooled"] = {**own, "gain": (own["gained"] - own["lost"]) / own["tasks"] if own["tasks"] else 0.0}
         if method.name != study.baseline:
             pooled_base, pooled = {}, {}
             for r in rows:
@@ -162,7 +191,9 @@ def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
                 s = summaries[(r["seed"], method.name)]
                 pooled_base |= {f"{r['seed']}/{t}": v for t, v in b["eval_tasks"]["after"].items()}
                 pooled |= {f"{r['seed']}/{t}": v for t, v in s["eval_tasks"]["after"].items()}
-            entry["vs_baseline_pooled"] = _paired(pooled_base, pooled) if pooled else None
+            entry["vs_baseline_pooled"] = vs = _paired(pooled_base, pooled) if pooled else None
+            # power: the smallest net gain over the baseline these tasks and disagreements could show
+            entry["detectable_vs_baseline"] = None if vs is None else detectable_gain(vs["tasks"], vs["gained"] + vs["lost"])
         methods[method.name] = entry
     expected = len(arms)
     return {
@@ -187,6 +218,15 @@ def _means(means: dict[str, dict[str, float]]) -> str:
     return "; ".join(f"{k} {means['before'][k]:.3g} → {means['after'][k]:.3g}" for k in keys) or "–"
 
 
+def _own(own: dict[str, Any] | None) -> str:
+    """``+0.104: 21 / 1 of 192 (1.1e-05)``: a method's gain over its warm-up, pooled over seeds."""
+    return "–" if not own else f"{own['gain']:+.3f}: {own['gained']} / {own['lost']} of {own['tasks']} ({own['p_value']:.2g})"
+
+
+def _detectable(gain: float | None) -> str:
+    return "none" if gain is None else f"{gain:.3f}"
+
+
 def _start(row: dict[str, Any]) -> str:
     """The "same start" cell: whether the arm's eval before RL equals the baseline's, and why not
     when the arm evaluated itself in another mode."""
@@ -206,18 +246,19 @@ def report_markdown(results: dict[str, Any]) -> str:
         f"{results['episodes_per_arm']}. Held-out tasks: {results['eval_tasks']} (greedy, the same for every arm). "
         f"Runs finished: {results['runs_finished']}/{results['runs_expected']}. Base config: `{results['base_config']}`.",
         "",
-        "| method | overrides | seeds | held-out before | held-out after (per seed) | after, mean | vs baseline: gained / lost (pooled) | sign-test p | "
+        "| method | overrides | seeds | held-out before | held-out after (per seed) | after, mean | own gain over the warm-up, pooled: gained / lost (p) | vs baseline: gained / lost (pooled) | sign-test p | detectable gain vs baseline | "
         + " | ".join(labels[k] for k in shown) + " |",
-        "|" + "---|" * (8 + len(shown)),
+        "|" + "---|" * (10 + len(shown)),
     ]  # fmt: skip
     for name, m in methods.items():
         vs = m.get("vs_baseline_pooled")
         cells = [
             f"`{name}`", "<br>".join(f"`{o}`" for o in m["overrides"]) or "(base)", str(len(m["seeds"])),
             _fmt(m["success_before_mean"]), ", ".join(f"{v:.3f}" for v in m["success_after"]),
-            f"{m['success_after_mean']:.3f}",
+            f"{m['success_after_mean']:.3f}", _own(m.get("own_gain_pooled")),
             "baseline" if name == results["baseline"] else (f"{vs['gained']} / {vs['lost']} of {vs['tasks']}" if vs else "–"),
             "–" if not vs else f"{vs['p_value']:.3g}",
+            "–" if name == results["baseline"] or not vs else _detectable(m.get("detectable_vs_baseline")),
             *(_fmt(m["mechanisms"].get(k)) for k in shown),
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
@@ -237,7 +278,11 @@ def report_markdown(results: dict[str, Any]) -> str:
             + f" | {_start(r)} | {', '.join(f'{x:.0f}' for x in r['eval_failed']) or '–'}"
             + f" | {grad} | {clip} | {_means(r['held_out_means'])} |"
         )  # fmt: skip
-    lines += ["", "Plots: `success.png` (held-out success per method, one point per seed), `reward.png` "
+    lines += ["", "Own gain: held-out tasks gained / lost after RL over the warm-up's eval, pooled over seeds "
+              "(exact sign test). Detectable gain: the smallest net difference in success rate from the "
+              "baseline that the pooled sign test would find at p < 0.05 with 80% power, the arms' observed "
+              "disagreements counted as noise (`agentrl.study.report.detectable_gain`).", "",
+              "Plots: `success.png` (held-out success per method, one point per seed), `reward.png` "
               "(training reward per step), `clipfrac.png`, `context.png` where logged.", ""]  # fmt: skip
     return "\n".join(lines)
 

@@ -360,6 +360,17 @@ def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tin
     )  # fmt: skip
     assert runs["grpo"]["vs_baseline"] is None
     assert results["methods"]["igpo"]["vs_baseline_pooled"] == vs
+    # each method's own gain over the warm-up (pooled over seeds: one here) and the comparison's power
+    from agentrl.study.report import detectable_gain
+
+    for method in ("grpo", "igpo"):
+        own = results["methods"][method]["own_gain_pooled"]
+        assert (own["tasks"], own["gained"], own["lost"], own["p_value"]) == (
+            3, runs[method]["gained"], runs[method]["lost"], runs[method]["p_value"]
+        )  # fmt: skip
+        assert own["gain"] == (own["gained"] - own["lost"]) / 3
+    assert results["methods"]["igpo"]["detectable_vs_baseline"] == detectable_gain(3, vs["gained"] + vs["lost"])
+    assert "detectable_vs_baseline" not in results["methods"]["grpo"]
     # mechanism metrics: the IGPO arm logged its information gains, every arm its context size
     igpo_mech, grpo_mech = runs["igpo"]["mechanisms"], runs["grpo"]["mechanisms"]
     assert 0.0 <= igpo_mech["igpo/ig_nonzero_share"] <= 1.0
@@ -404,6 +415,20 @@ def test_the_exported_warm_up_reloads_bit_for_bit_so_its_eval_is_every_arms_eval
     prompt = torch.tensor([[1, 5, 9, 14, 3]])
     outs = [m.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0) for m in (model, loaded)]
     assert torch.equal(outs[0], outs[1])
+
+
+def test_the_detectable_gain_by_hand():
+    from agentrl.study.report import detectable_gain
+
+    # no noise: 6 extra gains of 100 is the fewest whose 6 / 0 split has p = 2/64 < 0.05 (5 / 0: 0.0625)
+    assert detectable_gain(100, 0) == 0.06
+    # 2 noisy disagreements of 50: 10 extra gains give 12 differing tasks, each a gain with q = 11/12;
+    # 10 / 2 or better has p = 2 * 79/4096 = 0.039, reached with probability 66 q^10 (1-q)^2 + 12 q^11 (1-q)
+    # + q^12 = 0.928; 9 extra (q = 10/11, 10 / 1 or better) only q^10 (1 + q) = 0.736
+    assert detectable_gain(50, 2) == 0.2
+    # more noise needs a larger gain; nine tasks of ten already split cannot show one
+    assert detectable_gain(384, 20) < detectable_gain(384, 40)
+    assert detectable_gain(10, 9) is None
 
 
 def test_held_out_details_and_their_means_by_hand():
