@@ -183,14 +183,9 @@ def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
         own = _paired(_pooled(summaries, seeds, method.name, "before"), _pooled(summaries, seeds, method.name, "after"))
         entry["own_gain_pooled"] = {**own, "gain": (own["gained"] - own["lost"]) / own["tasks"] if own["tasks"] else 0.0}
         if method.name != study.baseline:
-            pooled_base, pooled = {}, {}
-            for r in rows:
-                b = summaries.get((r["seed"], study.baseline))
-                if b is None:
-                    continue
-                s = summaries[(r["seed"], method.name)]
-                pooled_base |= {f"{r['seed']}/{t}": v for t, v in b["eval_tasks"]["after"].items()}
-                pooled |= {f"{r['seed']}/{t}": v for t, v in s["eval_tasks"]["after"].items()}
+            both = [seed for seed in seeds if (seed, study.baseline) in summaries]  # seeds the baseline finished
+            pooled_base = _pooled(summaries, both, study.baseline, "after")
+            pooled = _pooled(summaries, both, method.name, "after")
             entry["vs_baseline_pooled"] = vs = _paired(pooled_base, pooled) if pooled else None
             # power: the smallest net gain over the baseline these tasks and disagreements could show
             entry["detectable_vs_baseline"] = None if vs is None else detectable_gain(vs["tasks"], vs["gained"] + vs["lost"])
