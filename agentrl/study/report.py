@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.train.heldout import sign_test_p
 from agentrl.train.trainer import compare_evals
 
 # metrics.jsonl key -> what the report calls it; mean over the run's RL steps where logged. Each
@@ -116,8 +117,7 @@ def detectable_gain(tasks: int, discordant: int, *, alpha: float = 0.05, power: 
     from math import comb
 
     def critical(n: int) -> int | None:  # fewest gains of n with a two-sided p below alpha
-        tail = lambda k: sum(comb(n, j) for j in range(k, n + 1)) / 2**n  # noqa: E731
-        return next((k for k in range(n // 2 + 1, n + 1) if 2 * tail(k) < alpha), None)
+        return next((k for k in range(n // 2 + 1, n + 1) if sign_test_p(k, n - k) < alpha), None)
 
     for extra in range(1, tasks - discordant + 1):
         n = discordant + extra

@@ -228,19 +228,24 @@ def compare_evals(before: dict[str, float], after: dict[str, float]) -> dict[str
     """Paired comparison of two evals of the same tasks: success before/after, tasks gained (failed
     before, solved after) and lost, and the two-sided exact sign-test p-value of gained vs lost
     (McNemar's exact test; 1.0 when no task changed)."""
-    from math import comb
-
     tasks = sorted(before.keys() & after.keys())
     solved = lambda table, t: table[t] >= 1.0  # noqa: E731
     gained = sum(solved(after, t) and not solved(before, t) for t in tasks)
     lost = sum(solved(before, t) and not solved(after, t) for t in tasks)
-    n = gained + lost
-    tail = sum(comb(n, k) for k in range(min(gained, lost) + 1)) / 2**n if n else 0.5
     return {
         "success_before": float(np.mean([before[t] for t in tasks])) if tasks else 0.0,
         "success_after": float(np.mean([after[t] for t in tasks])) if tasks else 0.0,
         "eval_episodes": len(tasks),
         "gained": gained,
         "lost": lost,
-        "p_value": min(1.0, 2 * tail),
+        "p_value": sign_test_p(gained, lost),
     }
+
+
+def sign_test_p(gained: int, lost: int) -> float:
+    """Two-sided exact sign-test p-value of ``gained`` against ``lost`` (1.0 when both are 0)."""
+    from math import comb
+
+    n = gained + lost
+    tail = sum(comb(n, k) for k in range(min(gained, lost) + 1)) / 2**n if n else 0.5
+    return min(1.0, 2 * tail)
