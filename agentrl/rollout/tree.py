@@ -121,7 +121,7 @@ def finish_branch(branch: Episode, root: Episode, turns: int) -> None:
                            f"{len(branch.turns)} of the {turns} replayed turns")  # fmt: skip
     mine, theirs = prefix_ids(branch, turns), prefix_ids(root, turns)
     if mine != theirs:
-        at = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+        at = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b), min(len(mine), len(theirs)))
         turn = next((t.index for t in root.turns[:turns] if t.observation != _turn(branch, t.index).observation), None)
         where = f"the observation of turn {turn}" if turn is not None else f"token {at}"
         raise EpisodeError(f"fork by replay of episode {root.episode_id} diverged at {where}: the env does not "
