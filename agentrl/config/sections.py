@@ -283,7 +283,9 @@ class AlgoConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = setting(20, eval="optimisation and bookkeeping: training only")
-    """RL steps (each: rollouts, advantages, PPO epochs)."""
+    """RL steps (each: rollouts, advantages, PPO epochs); with train.token_budget, the most steps."""
+    token_budget: int | None = setting(None, eval="optimisation and bookkeeping: training only")
+    """Generated tokens of the training rollouts after which RL stops: the run ends with the step whose rollouts bring the total to this many (every rank's together; tokens a tree's branches share are counted once, evals not at all), or after train.steps steps if that comes first. Compares rollout shapes at equal sampling cost, e.g. tree rollouts against chains (agentrl study's generated_tokens). Logged per step as rollout/generated_tokens_total; the steps run go to summary.json. Unset: train.steps steps."""
     lr: float = setting(1e-5, eval="optimisation and bookkeeping: training only")
     """Learning rate."""
     weight_decay: float = setting(0.0, eval="optimisation and bookkeeping: training only")
@@ -380,6 +382,9 @@ class TrainConfig:
             raise ConfigError(f"{prefix}.lr", f"must be > 0, got {self.lr}")
         if self.steps < 0:
             raise ConfigError(f"{prefix}.steps", f"must be >= 0, got {self.steps}")
+        if self.token_budget is not None and self.token_budget < 1:
+            raise ConfigError(f"{prefix}.token_budget", f"must be >= 1, got {self.token_budget}",
+                              "give the generated tokens RL may sample, or leave it unset for train.steps steps")  # fmt: skip
         if self.sft_warmup_steps > 0 and ":" not in self.oracle and not mixture:
             raise ConfigError(
                 f"{prefix}.oracle",

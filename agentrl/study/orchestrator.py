@@ -11,6 +11,7 @@ held-out size::
       igpo: {algo.advantage: igpo}
     seeds: [0, 1, 2]
     episodes: 192                         # sampled training episodes per arm (steps x tasks x group)
+                                          # (or generated_tokens: N, below)
     eval_tasks: 128                       # held-out tasks, greedy, the same for every arm
     out_dir: runs/studies/igpo_vs_grpo
 
@@ -21,7 +22,11 @@ eval before RL (``train.eval_before_from=seed-S/warmup``: one eval per seed, not
 whose overrides change how the held-out eval runs, e.g. ``rollout.folding``, evaluates itself), and
 runs with the same ``train.seed`` (so the same training tasks in the same order and the same
 sampling streams), as many RL steps as make ``episodes`` sampled episodes, and evaluates after RL on
-the same first ``eval_tasks`` held-out tasks. Runs go one at a time in ``agentrl train``
+the same first ``eval_tasks`` held-out tasks. In place of ``episodes``, ``generated_tokens: N`` gives
+every arm the same sampling cost instead (arms whose rollouts differ in shape, e.g. tree rollouts
+against chains): each arm runs until its training rollouts have generated N tokens
+(``train.token_budget``: it stops with the step that reaches N), at most ``max_steps`` steps
+(default 64); the report gives each run's steps, episodes and tokens. Runs go one at a time in ``agentrl train``
 subprocesses (the trainer picks the GPU when there is one). A run is finished when its
 ``summary.json`` exists; a re-run skips finished runs, and an unfinished one resumes from its last
 checkpoint (``train.save_every``) or starts over. ``results.json``, ``report.md`` and the plots
@@ -49,7 +54,8 @@ from agentrl.errors import AgentRLError, ConfigError
 STUDY_SET = {
     "train.seed": "set the study's seeds",
     "train.out_dir": "set the study's out_dir",
-    "train.steps": "set the study's episodes (steps = episodes / (tasks_per_step x group_size x (1 + branches)))",
+    "train.steps": "set the study's episodes (steps = episodes / (tasks_per_step x group_size x (1 + branches))) or max_steps",
+    "train.token_budget": "set the study's generated_tokens",
     "train.eval_episodes": "set the study's eval_tasks",
     "train.eval_before_from": "every arm takes the warm-up's held-out eval as its eval before RL",
     "train.resume": "the study always resumes",
@@ -59,7 +65,8 @@ STUDY_SET = {
 ARM_ONLY_SET = {f"train.{k}": "the warm-up is shared: set it in the study's overrides"
                 for k in ("sft_warmup_steps", "sft_lr", "sft_temperature", "sft_demos", "sft_batch_size", "oracle",
                           "sft_fold_share", "fold_oracle")}  # fmt: skip
-KEYS = ("name", "base", "overrides", "methods", "baseline", "seeds", "episodes", "eval_tasks", "out_dir")
+KEYS = ("name", "base", "overrides", "methods", "baseline", "seeds", "episodes", "generated_tokens", "max_steps",
+        "eval_tasks", "out_dir")
 
 
 @dataclass(frozen=True)
@@ -96,9 +103,18 @@ class StudyConfig:
     methods: tuple[Method, ...]
     baseline: str
     seeds: tuple[int, ...]
-    episodes: int
+    episodes: int | None  # sampled episodes per arm, or
     eval_tasks: int
     out_dir: Path
+    generated_tokens: int | None = None  # generated tokens per arm (train.token_budget) ...
+    max_steps: int = 64  # ... in at most this many steps
+
+    @property
+    def budget(self) -> str:
+        """The arms' equal share, in words."""
+        if self.generated_tokens is not None:
+            return f"{self.generated_tokens:,} generated tokens per arm (at most {self.max_steps} steps)"
+        return f"{self.episodes} sampled episodes per arm"
 
     def warmup(self, seed: int) -> Run:
         out = self.out_dir / f"seed-{seed}" / "warmup"
@@ -118,6 +134,7 @@ class StudyConfig:
             f"train.seed={seed}", f"train.out_dir={out}", f"train.steps={steps}",
             f"train.eval_episodes={self.eval_tasks}", "train.resume=true", "train.sft_warmup_steps=0",
             f"model.adapter={warm / 'model'}", *shared,
+            *((f"train.token_budget={self.generated_tokens}",) if self.generated_tokens is not None else ()),
         )  # fmt: skip
         return Run(seed, method.name, out, (*self.overrides, *method.overrides, *forced), steps, tuple(own))
 
@@ -185,9 +202,16 @@ def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
     unknown = sorted(set(raw) - set(KEYS))
     if unknown:
         raise ConfigError(f"study.{unknown[0]}", "unknown key", f"known keys: {', '.join(KEYS)}")
-    for key in ("base", "methods", "seeds", "episodes", "eval_tasks"):
+    for key in ("base", "methods", "seeds", "eval_tasks"):
         if key not in raw:
             raise ConfigError(f"study.{key}", "is required", "see agentrl/study/orchestrator.py for an example")
+    if ("episodes" in raw) == ("generated_tokens" in raw):
+        raise ConfigError("study.episodes", "give the arms' budget as one of episodes or generated_tokens"
+                          + (", not both" if "episodes" in raw else ""),
+                          "episodes: N (sampled episodes per arm) or generated_tokens: N (generated tokens per arm)")  # fmt: skip
+    if "max_steps" in raw and "generated_tokens" not in raw:
+        raise ConfigError("study.max_steps", "only bounds a generated_tokens budget",
+                          "remove it: with episodes, steps = episodes / episodes per step")  # fmt: skip
     name = str(raw.get("name") or path.stem)
     out_dir = Path(raw.get("out_dir") or f"runs/studies/{name}")
     base = raw["base"]
@@ -223,13 +247,14 @@ def load_study(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) ->
         )
     if len(set(seeds)) != len(seeds):
         raise ConfigError("study.seeds", f"repeats a seed: {seeds}")
-    for key in ("episodes", "eval_tasks"):
-        if not isinstance(raw[key], int) or raw[key] < 1:
+    for key in ("episodes", "generated_tokens", "max_steps", "eval_tasks"):
+        if key in raw and (not isinstance(raw[key], int) or isinstance(raw[key], bool) or raw[key] < 1):
             raise ConfigError(f"study.{key}", f"expected a positive integer, got {raw[key]!r}")
     study = StudyConfig(
         name=name, base=base_path, overrides=_as_overrides(raw.get("overrides"), "study.overrides", method=False),
-        methods=methods, baseline=baseline, seeds=tuple(seeds), episodes=raw["episodes"],
-        eval_tasks=raw["eval_tasks"], out_dir=out_dir,
+        methods=methods, baseline=baseline, seeds=tuple(seeds), episodes=raw.get("episodes"),
+        eval_tasks=raw["eval_tasks"], out_dir=out_dir, generated_tokens=raw.get("generated_tokens"),
+        max_steps=raw.get("max_steps", StudyConfig.max_steps),
     )  # fmt: skip
     plan(study)  # every run's config builds and validates
     return study
@@ -254,6 +279,9 @@ def plan(study: StudyConfig) -> list[Run]:
         runs.append(warm)
         for method in study.methods:
             probe = _run_config(study, study.arm(seed, method, 1), f"study.methods.{method.name}")
+            if study.episodes is None:  # a generated-token budget: the run stops when it is spent
+                runs.append(study.arm(seed, method, study.max_steps))
+                continue
             per_task = probe.rollout.episodes_per_task
             per_step = probe.rollout.tasks_per_step * per_task
             if study.episodes % per_step:
@@ -469,8 +497,8 @@ def run_study(study: StudyConfig, *, max_runs: int | None = None, parallel: int 
     progress = RunProgress(study.out_dir, append=True)  # study.out_dir/train.log: the study's own lines
     todo = [r for r in runs if not r.finished]
     chosen, cut = this_sitting(todo, max_runs)
-    progress.print(f"study {study.name}: {len(runs)} runs ({len(runs) - len(todo)} finished, {len(todo)} to run)"
-                   f" -> {study.out_dir}")  # fmt: skip
+    progress.print(f"study {study.name}: {len(runs)} runs ({len(runs) - len(todo)} finished, {len(todo)} to run), "
+                   f"{study.budget} -> {study.out_dir}")  # fmt: skip
     if parallel > 1:
         progress.line(f"study: up to {parallel} runs at once (--parallel); PYTORCH_CUDA_ALLOC_CONF="
                       f"{child_env(parallel)['PYTORCH_CUDA_ALLOC_CONF']}")  # fmt: skip
@@ -508,7 +536,8 @@ def _describe(study: StudyConfig, runs: list[Run]) -> dict[str, Any]:
     """The resolved study (saved as study.yaml): what each run is given."""
     return {
         "name": study.name, "base": str(study.base), "baseline": study.baseline, "seeds": list(study.seeds),
-        "episodes": study.episodes, "eval_tasks": study.eval_tasks,
+        "episodes": study.episodes, "generated_tokens": study.generated_tokens,
+        **({"max_steps": study.max_steps} if study.generated_tokens is not None else {}), "eval_tasks": study.eval_tasks,
         "runs": [{"seed": r.seed, "method": r.method or "warmup", "steps": r.steps, "out_dir": str(r.out_dir),
                   "overrides": list(r.overrides), **({"own_eval_before": list(r.own_eval)} if r.own_eval else {})}
                  for r in runs],

@@ -144,12 +144,16 @@ def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
             continue
         base = summaries.get((run.seed, study.baseline))
         tasks = s["eval_tasks"]
+        records = rl_records(run.out_dir)
         row = {
             "method": run.method, "seed": run.seed, "out_dir": str(run.out_dir), "steps": s["steps"],
-            "episodes": study.episodes, "eval_tasks": s["eval_episodes"],
+            # what the arm sampled: episodes and generated tokens (shared tree turns once), from its step metrics
+            "episodes": int(sum(r.get("rollout/episodes", 0.0) for r in records)) or study.episodes,
+            "generated_tokens": int(sum(r.get("rollout/sampled_tokens", 0.0) for r in records)) or None,
+            "eval_tasks": s["eval_episodes"],
             "success_before": s["success_before"], "success_after": s["success_after"],
             "gained": s["gained"], "lost": s["lost"], "p_value": s["p_value"],
-            "objective": s["objective"], "mechanisms": mechanisms(rl_records(run.out_dir)),
+            "objective": s["objective"], "mechanisms": mechanisms(records),
             "eval_failed": eval_failed(run.out_dir),
             "peak_rss_gib": s.get("peak_rss_gib", {}),  # per phase, this run's process (older runs: none)
             "held_out_means": s.get("held_out_means", {"before": {}, "after": {}}),  # outcome, f1, score...
@@ -193,7 +197,8 @@ def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
     expected = len(arms)
     return {
         "study": study.name, "baseline": study.baseline, "seeds": list(study.seeds),
-        "episodes_per_arm": study.episodes, "eval_tasks": study.eval_tasks, "base_config": str(study.base),
+        "episodes_per_arm": study.episodes, "generated_tokens_per_arm": study.generated_tokens,
+        "budget": study.budget, "eval_tasks": study.eval_tasks, "base_config": str(study.base),
         "complete": len(per_run) == expected, "runs_finished": len(per_run), "runs_expected": expected,
         "methods": methods, "runs": per_run,
     }  # fmt: skip
@@ -237,8 +242,8 @@ def report_markdown(results: dict[str, Any]) -> str:
     lines = [
         f"# Study `{results['study']}`" + ("" if results["complete"] else " (incomplete)"),
         "",
-        f"Baseline arm: `{results['baseline']}`. Seeds: {results['seeds']}. Sampled training episodes per arm: "
-        f"{results['episodes_per_arm']}. Held-out tasks: {results['eval_tasks']} (greedy, the same for every arm). "
+        f"Baseline arm: `{results['baseline']}`. Seeds: {results['seeds']}. Budget: "
+        f"{results.get('budget') or str(results['episodes_per_arm']) + ' sampled episodes per arm'}. Held-out tasks: {results['eval_tasks']} (greedy, the same for every arm). "
         f"Runs finished: {results['runs_finished']}/{results['runs_expected']}. Base config: `{results['base_config']}`.",
         "",
         "| method | overrides | seeds | held-out before | held-out after (per seed) | after, mean | own gain over the warm-up, pooled: gained / lost (p) | vs baseline: gained / lost (pooled) | sign-test p | detectable gain vs baseline | "
@@ -258,8 +263,8 @@ def report_markdown(results: dict[str, Any]) -> str:
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Runs", "",
-              "| method | seed | steps | before | after | gained / lost vs before (p) | vs baseline same seed: gained / lost (p) | same start | failed eval episodes (before, after) | grad-norm p50 / p90 / max | clip frac mean / max | held-out means before → after |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "| method | seed | steps | episodes / generated tokens | before | after | gained / lost vs before (p) | vs baseline same seed: gained / lost (p) | same start | failed eval episodes (before, after) | grad-norm p50 / p90 / max | clip frac mean / max | held-out means before → after |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in results["runs"]:
         vs, mech = r["vs_baseline"], r["mechanisms"]
         grad = "/".join(
@@ -267,7 +272,8 @@ def report_markdown(results: dict[str, Any]) -> str:
         )
         clip = "/".join(_fmt(mech.get(k)) for k in ("loss/clipfrac", "loss/clipfrac_max"))
         lines.append(
-            f"| `{r['method']}` | {r['seed']} | {r['steps']} | {r['success_before']:.3f} | {r['success_after']:.3f} | "
+            f"| `{r['method']}` | {r['seed']} | {r['steps']} | {r['episodes']} / {_fmt(r.get('generated_tokens'))} | "
+            f"{r['success_before']:.3f} | {r['success_after']:.3f} | "
             f"{r['gained']} / {r['lost']} ({r['p_value']:.3g}) | "
             + ("–" if vs is None else f"{vs['gained']} / {vs['lost']} ({vs['p_value']:.3g})")
             + f" | {_start(r)} | {', '.join(f'{x:.0f}' for x in r['eval_failed']) or '–'}"

@@ -119,6 +119,12 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     }
 
 
+def _all_ranks(engine: Any, count: int) -> float:
+    """``count`` summed over the data-parallel ranks (every rank then stops at the same step)."""
+    value = torch.tensor([float(count)], device="cuda" if torch.cuda.is_available() else "cpu")
+    return float(engine.all_reduce_sum(value).item())
+
+
 def _any_rank(engine: Any, flag: bool) -> bool:
     """``flag`` on any data-parallel rank (each rank's task sampler must draw the same rounds)."""
     value = torch.tensor([float(flag)], device="cuda" if torch.cuda.is_available() else "cpu")
@@ -237,18 +243,25 @@ class StepState:
     before RL (per task: the summary's paired test) and what a checkpoint carries besides."""
 
     step: int = 0  # RL steps done
+    generated_tokens: float = 0.0  # by those steps' training rollouts, all ranks (train.token_budget)
     eval_before: dict[str, float] | None = None
     eval_before_details: dict[str, dict[str, float]] | None = None
     saved: dict[str, Any] = field(default_factory=lambda: {"history": {}})  # a checkpoint's other keys
 
     @classmethod
     def from_checkpoint(cls, step: int, saved: dict[str, Any]) -> StepState:
-        rest = {k: v for k, v in saved.items() if k not in ("eval_before", "eval_before_details")}
-        return cls(step, saved.get("eval_before"), saved.get("eval_before_details"), rest)
+        rest = {
+            k: v
+            for k, v in saved.items()
+            if k not in ("eval_before", "eval_before_details", "generated_tokens")
+        }
+        return cls(step, float(saved.get("generated_tokens", 0.0)), saved.get("eval_before"),
+                   saved.get("eval_before_details"), rest)  # fmt: skip
 
     def checkpoint(self, run: Run) -> dict[str, Any]:
         """The trainer state a checkpoint saves: the task sampler's position and the generator's stream too."""
-        before = {"eval_before": self.eval_before, "eval_before_details": self.eval_before_details}
+        before = {"eval_before": self.eval_before, "eval_before_details": self.eval_before_details,
+                  "generated_tokens": self.generated_tokens}  # fmt: skip
         return {**self.saved, **before, "sampler": run.sampling.sampler.state(),
                 "generator_rng": generator_rng_state(run.generator)}  # fmt: skip
 
@@ -275,6 +288,9 @@ def rl_step(run: Run, step: int) -> dict[str, float]:
     metrics |= (
         draw.stats | run.peaks.end("rollout") | informative_groups(draw.kept, draw.run.generated_tokens)
     )
+    metrics["rollout/sampled_tokens"] = _all_ranks(
+        run.engine, draw.run.generated_tokens
+    )  # train.token_budget counts these
     if (
         config.env.mixture
     ):  # per env: the step's episodes, the sampler and its filter, the curriculum's budget

@@ -210,6 +210,9 @@ class Trainer:
         logger.console.print(
             f"objective: {json.dumps(plan.summary())}"
         )  # resolved options; saved in summary.json
+        if config.train.token_budget is not None:
+            progress.print(f"RL: until the training rollouts have generated {config.train.token_budget:,} tokens "
+                           f"(train.token_budget), at most {config.train.steps} steps (train.steps)")  # fmt: skip
         pad_id = int(tokenizer.pad_token_id)
         if self.resume_from is None and config.train.sft_warmup_steps > 0:  # a checkpoint already has it
             self._warm_up(config, rollouts, policy, logger, progress, peaks, pad_id)
@@ -280,25 +283,35 @@ class Trainer:
         logged at ``i + 1``, a checkpoint when ``train.save_every`` says (and after the last)."""
         run, train = self.run, self.config.train
         metrics = rl_step(run, i)
-        if train.eval_every and (i + 1) % train.eval_every == 0 and i + 1 < train.steps:
+        self.state.generated_tokens += metrics.get("rollout/sampled_tokens", 0.0)
+        metrics["rollout/generated_tokens_total"] = self.state.generated_tokens
+        self.state.step = i + 1
+        last = self.done()
+        if train.eval_every and (i + 1) % train.eval_every == 0 and not last:
             self.evaluate(i + 1)  # logged; the summary compares the evals before and after RL
         run.logger.log(
             i + 1, metrics, echo=("env/reward", "loss/loss", "loss/entropy", "perf/step_s", "eval/success")
         )
-        self.state.step = i + 1
-        if (train.save_every and (i + 1) % train.save_every == 0) or i + 1 == train.steps:
+        if (train.save_every and (i + 1) % train.save_every == 0) or last:
             save_checkpoint(self.out_dir, i + 1, run.engine, self.state.checkpoint(run))
         return metrics
+
+    def done(self) -> bool:
+        """RL is over: train.steps steps ran, or the rollouts generated train.token_budget tokens."""
+        train, state = self.config.train, self.state
+        spent = train.token_budget is not None and state.generated_tokens >= train.token_budget
+        return state.step >= train.steps or spent
 
     def finish(self) -> dict[str, Any]:
         """Held-out eval after RL (none when no RL step ran: a study's warm-up run, whose weights are
         the ones just evaluated), the paired comparison, tables and plots, the exported model,
         ``summary.json``; returns the summary."""
-        run, train, state = self.run, self.config.train, self.state
+        run, state = self.run, self.state
         before, before_details = state.eval_before, state.eval_before_details or {}  # older checkpoints: none
-        after, after_details = self.evaluate(train.steps) if train.steps > 0 else (before, before_details)
+        after, after_details = self.evaluate(state.step) if state.step > 0 else (before, before_details)
         common = dict.fromkeys(before.keys() & after.keys())  # the tasks compare_evals pairs
-        summary = {**compare_evals(before, after), "steps": train.steps, "out_dir": str(self.out_dir),
+        summary = {**compare_evals(before, after), "steps": state.step, "out_dir": str(self.out_dir),
+                   "generated_tokens": state.generated_tokens,  # by the training rollouts (train.token_budget)
                    "objective": run.plan.summary(),
                    "eval_tasks": {"before": before, "after": after},  # per task: paired tests
                    "eval_details": {"before": before_details, "after": after_details},
@@ -342,8 +355,8 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """The whole run: :meth:`setup`, every RL step not yet done, :meth:`finish`."""
         self.setup()
-        for i in range(self.state.step, self.config.train.steps):
-            self.step(i)
+        while not self.done():
+            self.step(self.state.step)
         return self.finish()
 
 

@@ -29,12 +29,14 @@ SMALL = {
 
 
 def write_study(tmp_path: Path, model: str = "smollm2-135m", **changes: object) -> Path:
+    """The CI-sized study; a change to None removes the key."""
     study = {
         "base": str(QUICKSTART), "overrides": {"model.name": model, **SMALL},
         "methods": {"grpo": {}, "igpo": {"algo.advantage": "igpo"}},
         "seeds": [0], "episodes": 4, "eval_tasks": 3, "out_dir": str(tmp_path / "study"),
     }  # fmt: skip
     study.update(changes)
+    study = {k: v for k, v in study.items() if v is not None}
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study, sort_keys=False))
     return path
@@ -61,6 +63,21 @@ def test_plan_gives_every_arm_the_same_seed_tasks_budget_and_warm_up(tmp_path):
         assert f"train.eval_before_from={tmp_path / 'study' / 'seed-3' / 'warmup'}" in run.overrides
     assert "train.eval_episodes=3" in runs[0].overrides and runs[0].method is None
     assert "algo.advantage=igpo" in runs[2].overrides and "algo.advantage=igpo" not in runs[1].overrides
+
+
+def test_a_generated_token_budget_gives_every_arm_the_same_tokens_in_at_most_max_steps(tmp_path):
+    """Tree against chain rollouts sample different episodes per step: generated_tokens gives each arm
+    the same sampling cost instead (train.token_budget), within max_steps steps."""
+    chain = {"rollout.branches": 0, "rollout.group_size": 2}
+    study = load_study(write_study(tmp_path, episodes=None, generated_tokens=5000, max_steps=7,
+                                   methods={"tree": {"rollout.branches": 1, "rollout.group_size": 1}, "chain": chain}))  # fmt: skip
+    runs = plan(study)
+    assert [(r.method, r.steps) for r in runs] == [(None, 0), ("tree", 7), ("chain", 7)]
+    for run in runs[1:]:
+        assert "train.token_budget=5000" in run.overrides and "train.steps=7" in run.overrides
+    assert not any(o.startswith("train.token_budget") for o in runs[0].overrides)  # the warm-up runs no RL
+    assert study.budget == "5,000 generated tokens per arm (at most 7 steps)"
+    assert load_study(write_study(tmp_path, episodes=None, generated_tokens=5000)).max_steps == 64  # the default
 
 
 @pytest.mark.parametrize("warm_value", [False, True])
@@ -152,6 +169,12 @@ def test_eval_before_from_refuses_a_run_that_evaluated_with_other_settings(tmp_p
         ({"seeds": []}, "study.seeds", "[0, 1, 2]"),
         ({"methods": {"grpo": {}}}, "study.methods", "igpo"),
         ({"sedes": [0]}, "study.sedes", "known keys"),
+        ({"generated_tokens": 500}, "study.episodes", "not both"),
+        ({"episodes": None}, "study.episodes", "generated_tokens: N"),
+        ({"max_steps": 3}, "study.max_steps", "only bounds a generated_tokens budget"),
+        ({"episodes": None, "generated_tokens": 0}, "study.generated_tokens", "positive integer"),
+        ({"methods": {"grpo": {}, "x": {"train.token_budget": 9}}}, "study.methods.x: train.token_budget",
+         "generated_tokens"),
     ],
 )  # fmt: skip
 def test_a_bad_study_fails_before_anything_runs_naming_the_field_and_fix(tmp_path, changes, field, fix):
@@ -320,6 +343,7 @@ def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tin
             s["success_before"], s["success_after"], s["gained"], s["lost"], s["p_value"]
         )  # fmt: skip
         assert r["eval_tasks"] == 3 and r["steps"] == 2 and s["steps"] == 2
+        assert r["episodes"] == 4 and r["generated_tokens"] == s["generated_tokens"] > 0  # what the arm sampled
         assert len(r["eval_failed"]) == 2  # the eval before and the one after RL
         assert r["same_start_as_baseline"] is True  # greedy evals of the one warm-up checkpoint
         resolved = yaml.safe_load((out / "seed-0" / method / "resolved_config.yaml").read_text())
@@ -393,6 +417,29 @@ def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tin
     for plot in ("success.png", "reward.png", "context.png"):
         assert (out / plot).stat().st_size > 0, plot
     assert set(results["plots"]) >= {"success.png", "reward.png", "context.png"}
+
+
+@pytest.mark.slow
+def test_tree_and_chain_arms_at_equal_generated_tokens_end_to_end(tiny_model_dir, tmp_path):
+    """generated_tokens through `agentrl study`: each arm stops with the step that spends the budget
+    (the tokens before that step were fewer), and the report gives each run's steps, episodes, tokens."""
+    methods = {"chain": {"rollout.branches": 0, "rollout.group_size": 2},
+               "tree": {"rollout.branches": 1, "rollout.group_size": 1, "rollout.branch_concurrency": 2}}  # fmt: skip
+    config = write_study(tmp_path, model=str(tiny_model_dir), episodes=None, generated_tokens=40, max_steps=6,
+                         methods=methods)  # fmt: skip
+    proc = agentrl("study", str(config))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "40 generated tokens per arm (at most 6 steps)" in proc.stdout
+    out = tmp_path / "study"
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"] and results["generated_tokens_per_arm"] == 40
+    report = (out / "report.md").read_text()
+    for row in results["runs"]:
+        steps = [json.loads(x) for x in (out / "seed-0" / row["method"] / "metrics.jsonl").read_text().splitlines()]
+        tokens = [r["rollout/sampled_tokens"] for r in steps if "perf/step_s" in r]
+        assert len(tokens) == row["steps"] <= 6 and row["generated_tokens"] == sum(tokens)
+        assert sum(tokens) >= 40 > sum(tokens[:-1])  # the last step spent the budget, the one before had not
+        assert f"| `{row['method']}` | 0 | {row['steps']} | {row['episodes']} / {row['generated_tokens']} |" in report
 
 
 def test_the_exported_warm_up_reloads_bit_for_bit_so_its_eval_is_every_arms_eval(tiny_model_dir, tmp_path):

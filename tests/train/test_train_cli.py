@@ -242,3 +242,29 @@ def test_a_resumed_run_keeps_the_precision_it_chose_at_its_start(tiny_model_dir,
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["precision"]["bf16_autocast"], summary["precision"]["source"]) == (flipped, "resumed")
     assert summary["steps"] == 2
+
+
+@pytest.mark.slow
+def test_a_token_budget_ends_rl_with_the_step_that_spends_it(tiny_model_dir, tmp_path):
+    """train.token_budget: RL stops after the step whose rollouts bring the generated tokens to the
+    budget (train.steps is then the most steps). The same seed samples the same first step, so a
+    budget of one token stops after step 1, and that step's tokens plus one after step 2."""
+
+    def run(name: str, budget: int) -> tuple[subprocess.CompletedProcess[str], dict, list[dict]]:
+        out = tmp_path / name
+        proc = agentrl_train(str(QUICKSTART), f"model.name={tiny_model_dir}", *SHORT, "train.steps=5",
+                             "train.sft_warmup_steps=0", "train.num_threads=1", f"train.token_budget={budget}",
+                             f"train.out_dir={out}")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        return proc, json.loads((out / "summary.json").read_text()), [r for r in steps if "perf/step_s" in r]
+
+    proc, summary, steps = run("one", 1)
+    assert "RL: until the training rollouts have generated 1 tokens (train.token_budget), at most 5 steps" in proc.stdout
+    assert summary["steps"] == 1 and [r["step"] for r in steps] == [1]
+    first = steps[0]["rollout/sampled_tokens"]
+    assert first >= 1 and summary["generated_tokens"] == first == steps[0]["rollout/generated_tokens_total"]
+    _, summary2, steps2 = run("two", int(first) + 1)
+    assert summary2["steps"] == 2 and [r["step"] for r in steps2] == [1, 2]
+    assert steps2[0]["rollout/sampled_tokens"] == first  # the same first step
+    assert summary2["generated_tokens"] == first + steps2[1]["rollout/sampled_tokens"] >= first + 1
