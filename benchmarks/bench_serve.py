@@ -87,14 +87,14 @@ async def wave(
 
 
 @contextlib.contextmanager
-def cli_server(mode: str) -> Iterator[str]:
+def cli_server(mode: str, dtype: str = "float32") -> Iterator[str]:
     """``agentrl serve --batching mode`` in a process of its own; yields its ``/v1`` URL once it
     answers ``/v1/models``."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     cmd = [sys.executable, "-c", "from agentrl.cli import main; main()", "serve", "--port", str(port),
-           "--batching", mode]  # fmt: skip
+           "--batching", mode, "--dtype", dtype]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}/v1"
     try:
@@ -161,6 +161,9 @@ def main() -> None:
         help="--server thread: keep the prefix cache on, as `agentrl serve` does (default off: every "
         "request prefills)",
     )
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="`agentrl serve --dtype`: the server's weights and K/V (bfloat16 pays off on CPUs with "
+                   "fast bf16 matmuls)")  # fmt: skip
     args = p.parse_args()
     extra = {**({"ignore_eos": True} if args.equal_lengths else {}),
              **({"min_tokens": args.min_tokens} if args.min_tokens else {})}  # fmt: skip
@@ -169,13 +172,15 @@ def main() -> None:
     if args.prefix_cache and args.server != "thread":
         p.error("--prefix-cache chooses the in-process server's cache: add --server thread "
                 "(`agentrl serve` keeps its prefix cache on)")  # fmt: skip
+    if args.dtype != "float32" and args.server != "cli":
+        p.error("--dtype is `agentrl serve --dtype`: use it with --server cli (the default)")
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
     print(f"load average before: {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}")
     rows: list[Row] = []
     measured: dict[tuple[str, int], tuple[float, float, float, float]] = {}
     for mode in args.modes:
-        server = cli_server(mode) if args.server == "cli" else thread_server(mode, args.prefix_cache)
+        server = cli_server(mode, args.dtype) if args.server == "cli" else thread_server(mode, args.prefix_cache)
         waves: dict[int, list[tuple[list[float], int, float]]] = {level: [] for level in levels}
         with server as url:
             asyncio.run(wave(url, 1, 4))  # warm-up
@@ -211,7 +216,7 @@ def main() -> None:
     arrival = f"requests {args.stagger:g} s apart" if args.stagger else "requests at once"
     if extra:
         arrival += ", " + ", ".join(f"{k}={v}" for k, v in extra.items())
-    arrival += ", `agentrl serve` in its own process" if args.server == "cli" else ", server in-process"
+    arrival += f", `agentrl serve --dtype {args.dtype}` in its own process" if args.server == "cli" else ", server in-process"
     arrival += ", prefix cache on" if args.prefix_cache or args.server == "cli" else ""
     arrival += f", median of {args.repeats} runs" if args.repeats > 1 else ""
     print_table(
