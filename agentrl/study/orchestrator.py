@@ -309,8 +309,9 @@ def _leaf(tree: Any, dotted: str) -> Any:
 def changed_settings(study: StudyConfig, run: Run) -> list[str]:
     """What a finished run ran with that the study's plan now sets otherwise (its explicit overrides,
     compared with the run's ``resolved_config.yaml``): a study YAML edited after a run finished.
-    Left out: ``train.out_dir`` and ``train.eval_before_from`` (where the run and the eval before RL
-    live, not what they were: a study folder copied or moved elsewhere resumes there) and a
+    Left out: ``train.out_dir``, ``train.eval_before_from`` and an arm's ``model.adapter`` (where the
+    run, the eval before RL and the warm-up's model live, not what they were: a study folder copied
+    or moved elsewhere resumes there) and a
     warm-up's ``train.eval_episodes`` (a warm-up that evaluated fewer tasks leaves its arms to evaluate
     themselves, :meth:`StudyConfig.arm`). A field the run's code did not have yet counts as its default."""
     resolved_path = run.out_dir / "resolved_config.yaml"
@@ -322,6 +323,8 @@ def changed_settings(study: StudyConfig, run: Run) -> list[str]:
     for item in run.overrides:
         key = item.partition("=")[0].strip()
         if key in ("train.out_dir", "train.eval_before_from") or (key == "train.eval_episodes" and run.method is None):
+            continue
+        if key == "model.adapter" and run.method is not None:  # the study's own warm-up, wherever the folder is
             continue
         want, have = _leaf(planned, key), _leaf(resolved, key)
         if have is _MISSING:
@@ -422,7 +425,9 @@ def this_sitting(todo: list[Run], max_runs: int | None) -> tuple[list[Run], bool
 
 
 def _starting(progress: Any, run: Run) -> None:
-    progress.line(f"study: {run.label}: starting ({run.steps} RL steps) -> {run.out_dir}")
+    budget = next((o.partition("=")[2] for o in run.overrides if o.startswith("train.token_budget=")), None)
+    steps = f"until {int(budget):,} generated tokens, at most {run.steps} RL steps" if budget else f"{run.steps} RL steps"
+    progress.line(f"study: {run.label}: starting ({steps}) -> {run.out_dir}")
     if run.own_eval:
         progress.line(f"study: {run.label}: evaluates itself before RL, since it evaluates otherwise "
                       f"than the warm-up ({'; '.join(run.own_eval)})")  # fmt: skip

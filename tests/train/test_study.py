@@ -417,6 +417,16 @@ def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tin
     for plot in ("success.png", "reward.png", "context.png"):
         assert (out / plot).stat().st_size > 0, plot
     assert set(results["plots"]) >= {"success.png", "reward.png", "context.png"}
+    # the whole study folder moved elsewhere (e.g. records gathered from several machines): every run
+    # is still finished there, though each arm's model.adapter names the old folder's warm-up
+    moved = tmp_path / "moved"
+    shutil.copytree(out, moved)
+    again = agentrl("study", str(write_study(tmp_path, model=str(tiny_model_dir), out_dir=str(moved))))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "study: seed 0 igpo: finished, skipped" in again.stdout
+    assert json.loads((moved / "results.json").read_text())["runs"] == [
+        {**r, "out_dir": r["out_dir"].replace(str(out), str(moved))} for r in results["runs"]
+    ]
 
 
 @pytest.mark.slow
@@ -430,6 +440,7 @@ def test_tree_and_chain_arms_at_equal_generated_tokens_end_to_end(tiny_model_dir
     proc = agentrl("study", str(config))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "40 generated tokens per arm (at most 6 steps)" in proc.stdout
+    assert "study: seed 0 tree: starting (until 40 generated tokens, at most 6 RL steps)" in proc.stdout
     out = tmp_path / "study"
     results = json.loads((out / "results.json").read_text())
     assert results["complete"] and results["generated_tokens_per_arm"] == 40
