@@ -257,7 +257,11 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000, help="Port."),
     adapter: str | None = typer.Option(None, help="LoRA adapter / checkpoint to load."),
-    dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16 (vllm: float32 means bfloat16)."),
+    dtype: str = typer.Option(
+        "float32",
+        help="float32 | bfloat16 | float16 | auto (hf: bfloat16 where a ~1 s probe measures bf16 faster on this "
+        "machine, as train.bf16_autocast: auto, else float32; said at start) (vllm: float32 and auto mean bfloat16).",
+    ),
     engine: str = typer.Option("hf", help="hf (embedded server, CPU) | vllm (vLLM's own server, GPU)."),
     served_model_name: str | None = typer.Option(
         None, help="Name clients ask for (default: the adapter's folder name, else --model)."

@@ -507,7 +507,10 @@ def serve(
     """Serve ``model`` (+ ``adapter``) over HTTP until interrupted (``agentrl serve``).
 
     ``engine="hf"``: this server over the HF generator (CPU, or one GPU without vLLM);
-    ``engine="vllm"``: vLLM's own server (:mod:`agentrl.serve.vllm_server`). The model is listed
+    ``engine="vllm"``: vLLM's own server (:mod:`agentrl.serve.vllm_server`). ``dtype="auto"``: with
+    the hf engine, bfloat16 where the probe of ``train.bf16_autocast: auto`` measures bf16 faster on
+    this machine (:func:`agentrl.train.precision.probe_bf16`), else float32; vLLM: bfloat16. The
+    resolved value and why are printed at start. The model is listed
     as ``served_model_name``, else the adapter's folder name, else ``model``. ``batching``:
     continuous (default) or static (hf engine); ``threads``: torch's CPU threads (default: the CPUs
     this process may use), printed at start.
@@ -518,7 +521,7 @@ def serve(
     if engine == "vllm":
         if max_tokens is not None:
             raise ConfigError("--max-tokens", "applies to the hf engine only", "drop it with --engine vllm")
-        vllm_dtype = "bfloat16" if dtype == "float32" else dtype  # vLLM serves in half precision
+        vllm_dtype = "bfloat16" if dtype in ("float32", "auto") else dtype  # vLLM serves in half precision
         run_vllm_server(
             vllm_command(
                 model,
@@ -551,7 +554,17 @@ def serve(
     max_tokens = max_tokens or 256
 
     name = served_model_name or (adapter_name(adapter) if adapter else model)
-    lm, tokenizer = load_model(model, dtype=dtype, adapter=adapter)
+    if dtype not in ("float32", "bfloat16", "float16", "auto"):
+        raise ConfigError("--dtype", f"must be float32, bfloat16, float16 or auto, got {dtype!r}")
+    lm, tokenizer = load_model(model, dtype="float32" if dtype == "auto" else dtype, adapter=adapter)
+    resolved = ""
+    if dtype == "auto":  # measured, as train.bf16_autocast: auto and train.eval_sampler_dtype: auto
+        from agentrl.train.precision import probe_bf16
+
+        decision = probe_bf16(lm)
+        dtype = "bfloat16" if decision.bf16 else "float32"
+        lm = lm.to(torch.bfloat16) if decision.bf16 else lm
+        resolved = f" (--dtype auto: {decision.reason})"
     # the naming rule (see agentrl.rollout.generators.openai.pick_served_model): clients send `name`
     # and load the tokenizer from `root` (the adapter's folder) or `parent` (its base model)
     info = {"root": str(Path(adapter).resolve()) if adapter else model, "parent": model if adapter else None}
@@ -560,7 +573,7 @@ def serve(
         batching=batching,
     )  # fmt: skip
     print(
-        f"agentrl serve: engine=hf model={model} adapter={adapter} dtype={dtype} served as {name!r} "
+        f"agentrl serve: engine=hf model={model} adapter={adapter} dtype={dtype}{resolved} served as {name!r} "
         f"(default max_tokens={max_tokens}, {batching} batching, {threads} torch thread(s)) on "
         f"http://{host}:{port}/v1",
         flush=True,

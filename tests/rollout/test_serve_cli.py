@@ -115,3 +115,36 @@ def test_a_served_run_model_evaluates_with_openai_and_chat_without_renaming(tiny
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_agentrl_serve_dtype_auto_says_what_it_measured_and_serves_in_it(tiny, tokenizer, tmp_path):
+    """`--dtype auto`: the probe of train.bf16_autocast: auto decides (bfloat16 only where bf16 measures
+    faster here), the start line says the value and why, and the server's greedy tokens are the
+    in-process generator's over the model in that dtype."""
+    import copy
+    import re
+
+    import torch
+
+    model_dir = tmp_path / "tiny"
+    tiny.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    port = _free_port()
+    proc = subprocess.Popen([CLI, "serve", "--model", str(model_dir), "--port", str(port), "--dtype", "auto"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        _wait(proc, port, timeout=120)
+        prompts = [tokenizer.encode("served prompt", add_special_tokens=False)]
+        sampling = SamplingParams(max_new_tokens=6, temperature=0.0)
+        remote = OpenAIGenerator(f"http://127.0.0.1:{port}/v1", model=str(model_dir)).generate(prompts, sampling)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    said = re.search(r"dtype=(float32|bfloat16) \(--dtype auto: ([^)]*)\)", out)
+    assert said, out[-2000:]
+    bf16 = said.group(1) == "bfloat16"
+    assert ("faster than float32" in said.group(2)) == bf16  # the probe's reason, as train prints it
+    local_model = copy.deepcopy(tiny).to(torch.bfloat16 if bf16 else torch.float32)
+    local = HFGenerator(local_model, tokenizer).generate(prompts, sampling)
+    assert remote[0].ids == local[0].ids
