@@ -161,7 +161,7 @@ def main() -> None:
         help="--server thread: keep the prefix cache on, as `agentrl serve` does (default off: every "
         "request prefills)",
     )
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "auto"),
                    help="`agentrl serve --dtype`: the server's weights and K/V (bfloat16 pays off on CPUs with "
                    "fast bf16 matmuls)")  # fmt: skip
     args = p.parse_args()
