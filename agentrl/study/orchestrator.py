@@ -85,6 +85,7 @@ class Run:
     overrides: tuple[str, ...]
     steps: int = 0
     own_eval: tuple[str, ...] = ()  # an arm that evaluates like the warm-up does not: why it evaluates itself
+    token_budget: int | None = None  # generated tokens after which the arm stops (steps is then the most)
 
     @property
     def label(self) -> str:
@@ -136,7 +137,8 @@ class StudyConfig:
             f"model.adapter={warm / 'model'}", *shared,
             *((f"train.token_budget={self.generated_tokens}",) if self.generated_tokens is not None else ()),
         )  # fmt: skip
-        return Run(seed, method.name, out, (*self.overrides, *method.overrides, *forced), steps, tuple(own))
+        return Run(seed, method.name, out, (*self.overrides, *method.overrides, *forced), steps, tuple(own),
+                   self.generated_tokens)  # fmt: skip
 
     def eval_differences(self, method: Method) -> list[str]:
         """The held-out eval settings (``agentrl.config.EVAL_SETTINGS``) the method changes from the
@@ -425,8 +427,8 @@ def this_sitting(todo: list[Run], max_runs: int | None) -> tuple[list[Run], bool
 
 
 def _starting(progress: Any, run: Run) -> None:
-    budget = next((o.partition("=")[2] for o in run.overrides if o.startswith("train.token_budget=")), None)
-    steps = f"until {int(budget):,} generated tokens, at most {run.steps} RL steps" if budget else f"{run.steps} RL steps"
+    budget = run.token_budget
+    steps = f"until {budget:,} generated tokens, at most {run.steps} RL steps" if budget else f"{run.steps} RL steps"
     progress.line(f"study: {run.label}: starting ({steps}) -> {run.out_dir}")
     if run.own_eval:
         progress.line(f"study: {run.label}: evaluates itself before RL, since it evaluates otherwise "
