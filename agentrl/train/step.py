@@ -127,8 +127,7 @@ def _all_ranks(engine: Any, count: int) -> float:
 
 def _any_rank(engine: Any, flag: bool) -> bool:
     """``flag`` on any data-parallel rank (each rank's task sampler must draw the same rounds)."""
-    value = torch.tensor([float(flag)], device="cuda" if torch.cuda.is_available() else "cpu")
-    return bool(engine.all_reduce_sum(value).item() > 0)
+    return _all_ranks(engine, int(flag)) > 0
 
 
 @dataclass
@@ -250,11 +249,8 @@ class StepState:
 
     @classmethod
     def from_checkpoint(cls, step: int, saved: dict[str, Any]) -> StepState:
-        rest = {
-            k: v
-            for k, v in saved.items()
-            if k not in ("eval_before", "eval_before_details", "generated_tokens")
-        }
+        own = ("eval_before", "eval_before_details", "generated_tokens")
+        rest = {k: v for k, v in saved.items() if k not in own}
         return cls(step, float(saved.get("generated_tokens", 0.0)), saved.get("eval_before"),
                    saved.get("eval_before_details"), rest)  # fmt: skip
 
@@ -288,9 +284,8 @@ def rl_step(run: Run, step: int) -> dict[str, float]:
     metrics |= (
         draw.stats | run.peaks.end("rollout") | informative_groups(draw.kept, draw.run.generated_tokens)
     )
-    metrics["rollout/sampled_tokens"] = _all_ranks(
-        run.engine, draw.run.generated_tokens
-    )  # train.token_budget counts these
+    # every token generated this step, a tree's shared turns once, all ranks: what train.token_budget counts
+    metrics["rollout/sampled_tokens"] = _all_ranks(run.engine, draw.run.generated_tokens)
     if (
         config.env.mixture
     ):  # per env: the step's episodes, the sampler and its filter, the curriculum's budget
