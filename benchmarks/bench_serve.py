@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -45,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import Row, parser, percentile, print_table, write_json  # noqa: E402
 
 ASK = "Count from 1 to 200, separated by commas."
+SERVED: list[str] = []  # each CLI server's start line
 
 
 async def wave(
@@ -87,21 +89,26 @@ async def wave(
 
 
 @contextlib.contextmanager
-def cli_server(mode: str, dtype: str = "float32") -> Iterator[str]:
+def cli_server(mode: str, dtype: str | None = None) -> Iterator[str]:
     """``agentrl serve --batching mode`` in a process of its own; yields its ``/v1`` URL once it
-    answers ``/v1/models``."""
+    answers ``/v1/models``, after printing its start line (the dtype it resolved, and why)."""
+    import tempfile
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     cmd = [sys.executable, "-c", "from agentrl.cli import main; main()", "serve", "--port", str(port),
-           "--batching", mode, "--dtype", dtype]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+           "--batching", mode, *(["--dtype", dtype] if dtype else [])]  # fmt: skip
+    # the server's output in a file: a pipe nobody reads could fill and stall it
+    log = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + 300
         while True:
             if proc.poll() is not None:
-                raise SystemExit(f"agentrl serve exited ({proc.returncode}):\n{proc.stderr.read()[-3000:]}")
+                log.seek(0)
+                raise SystemExit(f"agentrl serve exited ({proc.returncode}):\n{log.read()[-3000:]}")
             try:
                 urllib.request.urlopen(url + "/models", timeout=2).read()
                 break
@@ -109,6 +116,10 @@ def cli_server(mode: str, dtype: str = "float32") -> Iterator[str]:
                 if time.monotonic() > deadline:
                     raise SystemExit("agentrl serve did not answer /v1/models within 300 s") from None
                 time.sleep(0.5)
+        log.seek(0)
+        started = next((ln.strip() for ln in log if ln.startswith("agentrl serve:")), "(no start line)")
+        print(f"  {started}", flush=True)
+        SERVED.append(started)
         yield url
     finally:
         proc.terminate()
@@ -116,6 +127,7 @@ def cli_server(mode: str, dtype: str = "float32") -> Iterator[str]:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
 
 
 @contextlib.contextmanager
@@ -161,9 +173,9 @@ def main() -> None:
         help="--server thread: keep the prefix cache on, as `agentrl serve` does (default off: every "
         "request prefills)",
     )
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "auto"),
-                   help="`agentrl serve --dtype`: the server's weights and K/V (bfloat16 pays off on CPUs with "
-                   "fast bf16 matmuls)")  # fmt: skip
+    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "auto"),
+                   help="`agentrl serve --dtype`: the server's weights and K/V (default: serve's own; bfloat16 "
+                   "pays off on CPUs with fast bf16 matmuls; the table says what the server chose)")  # fmt: skip
     args = p.parse_args()
     extra = {**({"ignore_eos": True} if args.equal_lengths else {}),
              **({"min_tokens": args.min_tokens} if args.min_tokens else {})}  # fmt: skip
@@ -172,7 +184,7 @@ def main() -> None:
     if args.prefix_cache and args.server != "thread":
         p.error("--prefix-cache chooses the in-process server's cache: add --server thread "
                 "(`agentrl serve` keeps its prefix cache on)")  # fmt: skip
-    if args.dtype != "float32" and args.server != "cli":
+    if args.dtype is not None and args.server != "cli":
         p.error("--dtype is `agentrl serve --dtype`: use it with --server cli (the default)")
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
@@ -180,7 +192,8 @@ def main() -> None:
     rows: list[Row] = []
     measured: dict[tuple[str, int], tuple[float, float, float, float]] = {}
     for mode in args.modes:
-        server = cli_server(mode, args.dtype) if args.server == "cli" else thread_server(mode, args.prefix_cache)
+        cli = args.server == "cli"
+        server = cli_server(mode, args.dtype) if cli else thread_server(mode, args.prefix_cache)
         waves: dict[int, list[tuple[list[float], int, float]]] = {level: [] for level in levels}
         with server as url:
             asyncio.run(wave(url, 1, 4))  # warm-up
@@ -216,7 +229,12 @@ def main() -> None:
     arrival = f"requests {args.stagger:g} s apart" if args.stagger else "requests at once"
     if extra:
         arrival += ", " + ", ".join(f"{k}={v}" for k, v in extra.items())
-    arrival += f", `agentrl serve --dtype {args.dtype}` in its own process" if args.server == "cli" else ", server in-process"
+    if args.server == "cli":
+        chosen = sorted({m.group(1) for m in (re.search(r" dtype=(\w+)", ln) for ln in SERVED) if m})
+        asked = f" --dtype {args.dtype}" if args.dtype else ""
+        arrival += f", `agentrl serve{asked}` in its own process (dtype {' / '.join(chosen) or 'not said'})"
+    else:
+        arrival += ", server in-process (float32)"
     arrival += ", prefix cache on" if args.prefix_cache or args.server == "cli" else ""
     arrival += f", median of {args.repeats} runs" if args.repeats > 1 else ""
     print_table(
