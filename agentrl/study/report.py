@@ -32,9 +32,12 @@ MECHANISMS = {
     "fold/summaries": "summaries / episode",
     "fold/process_penalty": "process-reward penalty / episode",
     "fold/penalised_tokens": "penalised tokens / episode",
+    "fold/penalised_in_success": "penalised tokens in successes / episode (FoldGRPO acts on these only)",
 }
 # shown in report.md's table when any arm has them (after the estimators' own table keys)
-TABLE_MECHANISMS = ("loss/clipfrac", "ctx/main_tokens", "fold/branches", "fold/process_penalty")
+TABLE_MECHANISMS = (
+    "loss/clipfrac", "ctx/main_tokens", "fold/branches", "fold/process_penalty", "fold/penalised_in_success"
+)  # fmt: skip
 
 
 def _estimators() -> list[Any]:

@@ -20,7 +20,10 @@ def context_metrics(episodes: list[Any], folding: str = "none") -> dict[str, flo
     ``ctx/main_tokens``: tokens of the main thread (segment ``fold_id`` 0: prompt, outputs,
     observations) at the episode's end; ``ctx/peak_tokens``: the largest single context (segment)
     the policy saw; with folding ``fold/branches`` (branch segments), ``fold/summaries``, and the
-    FoldGRPO process rewards ``fold/process_penalty`` (sum of Q) and ``fold/penalised_tokens``.
+    FoldGRPO process rewards ``fold/process_penalty`` (sum of Q), ``fold/penalised_tokens`` and
+    ``fold/penalised_in_success`` (penalised tokens of episodes with a positive outcome: the only ones
+    FoldGRPO's ``clip(R + Q, 0, 1)`` lets Q change, since a failed rollout's clips to 0 either way; 0
+    means FoldGRPO's advantage equals GRPO's).
     With ``folding`` (``rollout.folding``) other than none the fold counts are logged even when no
     episode folded (0: the policy never branched), so a reader sees that, not a missing value.
     """
@@ -45,6 +48,9 @@ def context_metrics(episodes: list[Any], folding: str = "none") -> dict[str, flo
     if any(t.process_reward is not None for ep in done for t in ep.turns):
         out["fold/process_penalty"] = mean([sum(q) for q in qs])
         out["fold/penalised_tokens"] = mean([sum(x < 0 for x in q) for q in qs])
+        out["fold/penalised_in_success"] = mean(
+            [sum(x < 0 for x in q) if ep.outcome > 0 else 0 for ep, q in zip(done, qs, strict=True)]
+        )
     return out
 
 

@@ -204,7 +204,8 @@ def test_the_report_labels_each_estimators_diagnostics_from_the_estimator():
         assert set(est.table) <= set(table)
     assert labels["igpo/ig_nonzero_share"] == "IGPO: share of IG turns with non-zero gain"
     assert table[:4] == ("igpo/ig_nonzero_share", "igpo/ig_nonzero_mean", "empg/scale_p10", "empg/scale_p90")
-    assert table[4:] == ("loss/clipfrac", "ctx/main_tokens", "fold/branches", "fold/process_penalty")
+    assert table[4:] == ("loss/clipfrac", "ctx/main_tokens", "fold/branches", "fold/process_penalty",
+                         "fold/penalised_in_success")
     assert list(labels)[0] == "env/reward"
 
 
@@ -262,6 +263,10 @@ def test_context_metrics_measure_the_main_thread_branches_and_penalties():
         Segment([0] * 30, [turn(3, 0, [0.0, 0.0, -0.2])], fold_id=2, kind="branch"),
     ])  # fmt: skip
     react = Episode("b", "e", "t", [Segment([0] * 10, [turn(5, 20), turn(5, 40)])])
+    failed_fold = Episode("c", "e", "t", [Segment([0] * 10, [turn(2, 0, [-1.0, -1.0])])])
+    folded.outcome, failed_fold.outcome = 1.0, 0.0
+    # FoldGRPO can act only on the successful episode's 3 penalised tokens, not the failed one's 2
+    assert context_metrics([folded, failed_fold])["fold/penalised_in_success"] == pytest.approx(3 / 2)
     m = context_metrics([folded, react])
     assert m["ctx/main_tokens"] == (35 + 80) / 2
     assert m["ctx/peak_tokens"] == (40 + 80) / 2
