@@ -38,3 +38,7 @@ def test_foldgrpo_run_reports_process_penalties(tiny_model_dir, tmp_path):
         assert (
             step["rollout/process_share/failure"] == 0.0 and step["rollout/process_share/out_of_scope"] == 0.0
         )
+        # every episode failed (reward 0): the penalties are there, but none in a success, which is where
+        # FoldGRPO's clip(R + Q, 0, 1) could act, and the run says so
+        assert step["env/reward"] == 0.0 and step["fold/penalised_tokens"] > 0
+        assert step["fold/penalised_in_success"] == 0.0
