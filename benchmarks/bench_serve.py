@@ -184,7 +184,8 @@ def main() -> None:
     if args.prefix_cache and args.server != "thread":
         p.error("--prefix-cache chooses the in-process server's cache: add --server thread "
                 "(`agentrl serve` keeps its prefix cache on)")  # fmt: skip
-    if args.dtype is not None and args.server != "cli":
+    cli = args.server == "cli"
+    if args.dtype is not None and not cli:
         p.error("--dtype is `agentrl serve --dtype`: use it with --server cli (the default)")
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
@@ -192,7 +193,6 @@ def main() -> None:
     rows: list[Row] = []
     measured: dict[tuple[str, int], tuple[float, float, float, float]] = {}
     for mode in args.modes:
-        cli = args.server == "cli"
         server = cli_server(mode, args.dtype) if cli else thread_server(mode, args.prefix_cache)
         waves: dict[int, list[tuple[list[float], int, float]]] = {level: [] for level in levels}
         with server as url:
@@ -229,13 +229,13 @@ def main() -> None:
     arrival = f"requests {args.stagger:g} s apart" if args.stagger else "requests at once"
     if extra:
         arrival += ", " + ", ".join(f"{k}={v}" for k, v in extra.items())
-    if args.server == "cli":
+    if cli:
         chosen = sorted({m.group(1) for m in (re.search(r" dtype=(\w+)", ln) for ln in SERVED) if m})
         asked = f" --dtype {args.dtype}" if args.dtype else ""
         arrival += f", `agentrl serve{asked}` in its own process (dtype {' / '.join(chosen) or 'not said'})"
     else:
         arrival += ", server in-process (float32)"
-    arrival += ", prefix cache on" if args.prefix_cache or args.server == "cli" else ""
+    arrival += ", prefix cache on" if args.prefix_cache or cli else ""
     arrival += f", median of {args.repeats} runs" if args.repeats > 1 else ""
     print_table(
         rows,

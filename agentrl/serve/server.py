@@ -549,13 +549,13 @@ def serve(
     torch.set_num_threads(threads)
 
     from agentrl.rollout.generators.hf import HFGenerator
-    from agentrl.rollout.model import load_model
+    from agentrl.rollout.model import DTYPES, load_model
 
     max_tokens = max_tokens or 256
 
     name = served_model_name or (adapter_name(adapter) if adapter else model)
-    if dtype not in ("float32", "bfloat16", "float16", "auto"):
-        raise ConfigError("--dtype", f"must be float32, bfloat16, float16 or auto, got {dtype!r}")
+    if dtype not in (*DTYPES, "auto"):
+        raise ConfigError("--dtype", f"must be {', '.join(DTYPES)} or auto, got {dtype!r}")
     lm, tokenizer = load_model(model, dtype="float32" if dtype == "auto" else dtype, adapter=adapter)
     resolved = ""
     if dtype == "auto":  # measured, as train.bf16_autocast: auto and train.eval_sampler_dtype: auto

@@ -47,9 +47,10 @@ def context_metrics(episodes: list[Any], folding: str = "none") -> dict[str, flo
     qs = [[q for t in ep.turns for q in (t.process_reward or ())] for ep in done]
     if any(t.process_reward is not None for ep in done for t in ep.turns):
         out["fold/process_penalty"] = mean([sum(q) for q in qs])
-        out["fold/penalised_tokens"] = mean([sum(x < 0 for x in q) for q in qs])
+        hits = [sum(x < 0 for x in q) for q in qs]  # penalised tokens per episode
+        out["fold/penalised_tokens"] = mean(hits)
         out["fold/penalised_in_success"] = mean(
-            [sum(x < 0 for x in q) if ep.outcome > 0 else 0 for ep, q in zip(done, qs, strict=True)]
+            [n if ep.outcome > 0 else 0 for ep, n in zip(done, hits, strict=True)]
         )
     return out
 
