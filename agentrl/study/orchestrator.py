@@ -30,7 +30,9 @@ against chains): each arm runs until its training rollouts have generated N toke
 subprocesses (the trainer picks the GPU when there is one). A run is finished when its
 ``summary.json`` exists; a re-run skips finished runs, and an unfinished one resumes from its last
 checkpoint (``train.save_every``) or starts over. ``results.json``, ``report.md`` and the plots
-(:mod:`agentrl.study.report`) are rewritten after every run, marked incomplete until all are.
+(:mod:`agentrl.study.report`) are rewritten after every run, marked incomplete until all are. They
+cover the study's ``seeds`` only: a sitting with ``seeds=[1,2]`` in a folder where seed 0 finished
+says so at its end and gives the ``seeds=[0,1,2] --max-runs 0`` command that reports all three.
 """
 
 from __future__ import annotations
@@ -535,8 +537,36 @@ def run_study(study: StudyConfig, *, max_runs: int | None = None, parallel: int 
     results = write_results(study, runs)
     progress.line(f"study: results {'complete' if results['complete'] else 'partial'}: "
                   f"{study.out_dir / 'results.json'}, {study.out_dir / 'report.md'}")  # fmt: skip
+    hint = pooling_hint(study)
+    if hint:
+        progress.line(hint)
     progress.close()
     return results
+
+
+def other_finished_seeds(study: StudyConfig) -> list[int]:
+    """Seeds outside ``study.seeds`` whose warm-up and every arm finished in ``study.out_dir`` (an
+    earlier sitting with other seeds): the report of this sitting leaves them out."""
+    found = []
+    for folder in sorted(study.out_dir.glob("seed-*")):
+        seed = folder.name.removeprefix("seed-")
+        if not seed.lstrip("-").isdigit() or int(seed) in study.seeds:
+            continue
+        names = ["warmup", *(m.name for m in study.methods)]
+        if all((folder / name / "summary.json").exists() for name in names):
+            found.append(int(seed))
+    return sorted(found)
+
+
+def pooling_hint(study: StudyConfig) -> str | None:
+    """The line that says how to report this sitting's seeds together with :func:`other_finished_seeds`."""
+    others = other_finished_seeds(study)
+    if not others:
+        return None
+    every = sorted({*study.seeds, *others})
+    return (f"study: seed(s) {', '.join(map(str, others))} also finished in {study.out_dir}, left out of this report "
+            f"(seeds {', '.join(map(str, study.seeds))}); to report all together, without running anything: "
+            f"agentrl study CONFIG seeds=[{','.join(map(str, every))}] --max-runs 0")  # fmt: skip
 
 
 def _describe(study: StudyConfig, runs: list[Run]) -> dict[str, Any]:
@@ -551,5 +581,5 @@ def _describe(study: StudyConfig, runs: list[Run]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-__all__ = ["Method", "Run", "StudyConfig", "changed_settings", "check_finished", "child_env", "load_study", "plan",
-           "run_parallel", "run_study", "this_sitting"]
+__all__ = ["Method", "Run", "StudyConfig", "changed_settings", "check_finished", "child_env", "load_study",
+           "other_finished_seeds", "plan", "pooling_hint", "run_parallel", "run_study", "this_sitting"]

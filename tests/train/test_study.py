@@ -617,3 +617,20 @@ def test_a_stopped_parallel_study_leaves_no_run_going(tiny_model_dir, tmp_path):
     running = subprocess.run(["pgrep", "-f", f"train.out_dir={tmp_path / 'study'}"], capture_output=True, text=True)
     assert running.stdout.strip() == "", f"runs left going: {running.stdout}"
     assert not (tmp_path / "study" / "seed-0" / "warmup" / "summary.json").exists()
+
+
+def test_a_sitting_with_other_seeds_names_the_finished_ones_it_leaves_out(tmp_path):
+    from agentrl.study.orchestrator import other_finished_seeds, pooling_hint
+
+    study = load_study(write_study(tmp_path), ["seeds=[1,2]"])
+    out = tmp_path / "study"
+    for seed, runs in ((0, ("warmup", "grpo", "igpo")), (3, ("warmup", "grpo")), (1, ("warmup", "grpo", "igpo"))):
+        for run in runs:
+            (out / f"seed-{seed}" / run).mkdir(parents=True)
+            (out / f"seed-{seed}" / run / "summary.json").write_text(json.dumps({"eval_tasks": {"before": {}}}))
+    (out / "seed-x").mkdir()  # not a seed folder
+    # seed 0 is whole, seed 3 lacks its igpo arm, seed 1 is this sitting's own
+    assert other_finished_seeds(study) == [0]
+    hint = pooling_hint(study)
+    assert hint is not None and "seed(s) 0 also finished" in hint and "seeds=[0,1,2] --max-runs 0" in hint
+    assert pooling_hint(load_study(write_study(tmp_path), ["seeds=[0,1,2]"])) is None
