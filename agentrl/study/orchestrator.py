@@ -119,14 +119,18 @@ class StudyConfig:
             return f"{self.generated_tokens:,} generated tokens per arm (at most {self.max_steps} steps)"
         return f"{self.episodes} sampled episodes per arm"
 
+    def run_dir(self, seed: int, name: str) -> Path:
+        """Where a seed's run lives: ``out_dir/seed-S/<warmup | method name>``."""
+        return self.out_dir / f"seed-{seed}" / name
+
     def warmup(self, seed: int) -> Run:
-        out = self.out_dir / f"seed-{seed}" / "warmup"
+        out = self.run_dir(seed, "warmup")
         forced = (f"train.seed={seed}", f"train.out_dir={out}", "train.steps=0",
                   f"train.eval_episodes={self.eval_tasks}", "train.resume=true")  # fmt: skip
         return Run(seed, None, out, (*self.overrides, *forced))
 
     def arm(self, seed: int, method: Method, steps: int) -> Run:
-        out = self.out_dir / f"seed-{seed}" / method.name
+        out = self.run_dir(seed, method.name)
         warm = self.warmup(seed).out_dir
         # the warm-up's held-out eval is every arm's eval before RL (one eval per seed, not one per
         # arm), unless the arm evaluates otherwise (its own prompt, context or folding mode: it then
@@ -553,7 +557,7 @@ def other_finished_seeds(study: StudyConfig) -> list[int]:
         if not seed.lstrip("-").isdigit() or int(seed) in study.seeds:
             continue
         names = ["warmup", *(m.name for m in study.methods)]
-        if all((folder / name / "summary.json").exists() for name in names):
+        if all((study.run_dir(int(seed), name) / "summary.json").exists() for name in names):
             found.append(int(seed))
     return sorted(found)
 
