@@ -551,12 +551,12 @@ def run_study(study: StudyConfig, *, max_runs: int | None = None, parallel: int 
 def other_finished_seeds(study: StudyConfig) -> list[int]:
     """Seeds outside ``study.seeds`` whose warm-up and every arm finished in ``study.out_dir`` (an
     earlier sitting with other seeds): the report of this sitting leaves them out."""
+    names = ["warmup", *(m.name for m in study.methods)]
     found = []
-    for folder in sorted(study.out_dir.glob("seed-*")):
+    for folder in study.out_dir.glob("seed-*"):
         seed = folder.name.removeprefix("seed-")
         if not seed.lstrip("-").isdigit() or int(seed) in study.seeds:
             continue
-        names = ["warmup", *(m.name for m in study.methods)]
         if all((study.run_dir(int(seed), name) / "summary.json").exists() for name in names):
             found.append(int(seed))
     return sorted(found)
