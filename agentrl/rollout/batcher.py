@@ -72,7 +72,8 @@ class Batcher:
         self.started_at: float | None = None
 
     def enter(self) -> None:
-        """An episode started (lockstep: later batches wait for its request)."""
+        """An episode started (lockstep: later batches wait for its request). Episodes admitted
+        through :class:`Slots` enter and leave through it."""
         self.active += 1
 
     def leave(self) -> None:
@@ -226,3 +227,53 @@ class Batcher:
             self.generated_tokens += len(output.ids)
             if not request.future.done():
                 request.future.set_result(output)
+
+
+class Slots:
+    """At most ``n`` episodes in flight, admitted in the order they ask (an ``asyncio.Semaphore``),
+    each counted by a lock-step :class:`Batcher` from admission to end (:meth:`Batcher.enter`,
+    :meth:`Batcher.leave`).
+
+    An ending episode that frees its slot for a waiting one enters the newcomer into the batcher
+    *before* it leaves. Otherwise a lock-step batch could form in between, without the newcomer's
+    first request, whenever every other episode in flight happened to have asked already: the
+    batches' composition (and so every row's floats) would depend on how long env steps took, and
+    the same seed would not give the same run. Without the handover this happened with the uncapped
+    wait (``train.deterministic``); the capped one held only because ``asyncio.wait_for`` wakes its
+    waiter through a task of its own, one event-loop pass later (Python 3.11).
+    """
+
+    def __init__(self, n: int, batcher: Batcher | None):
+        self._semaphore = asyncio.Semaphore(n)
+        self.batcher = batcher
+        self._waiting = 0  # episodes blocked on the semaphore
+        self._handed = 0  # of those, entered into the batcher by an episode that freed its slot
+
+    @contextlib.asynccontextmanager
+    async def admit(self) -> Any:
+        """Hold a slot (and a place in the batcher) for the ``async with`` block."""
+        self._waiting += 1
+        try:
+            await self._semaphore.acquire()
+        except BaseException:  # cancelled while waiting: a place entered for it is given back
+            self._waiting -= 1
+            if self._handed > self._waiting:
+                self._handed -= 1
+                if self.batcher is not None:
+                    self.batcher.leave()
+            raise
+        self._waiting -= 1
+        if self._handed:
+            self._handed -= 1  # entered by the episode whose slot this was
+        elif self.batcher is not None:
+            self.batcher.enter()
+        try:
+            yield
+        finally:
+            if self._waiting > self._handed:  # the release below wakes a waiting episode: enter it now
+                self._handed += 1
+                if self.batcher is not None:
+                    self.batcher.enter()
+            if self.batcher is not None:
+                self.batcher.leave()
+            self._semaphore.release()

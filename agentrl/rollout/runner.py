@@ -30,7 +30,7 @@ from typing import Any
 from agentrl.errors import ConfigError, EpisodeError
 from agentrl.rollout import process_rewards, tree
 from agentrl.rollout.agent import EpisodeRun, ModelPolicy, SamplingPolicy, call_in_executor
-from agentrl.rollout.batcher import Batcher
+from agentrl.rollout.batcher import Batcher, Slots
 from agentrl.rollout.context import choose_context
 from agentrl.rollout.generators.base import Generator, derive_seed
 from agentrl.rollout.settings import RolloutConfig
@@ -83,6 +83,8 @@ class RunStats:
             "rollout/generator_idle_share": self.generator_idle_share,
             "rollout/watchdog_fired": float(self.watchdog_fired),
             "rollout/lockstep_cut": float(self.lockstep_cut),
+            # batched generate calls: with lock-step batches the same seed gives the same count
+            "rollout/decode_batches": float(self.generate_calls),
             "perf/rollout_wall_s": self.wall_s,
         } | ({"perf/prefix_reused_share": self.reused_prompt_tokens / self.prompt_tokens} if self.prompt_tokens else {})
 
@@ -385,20 +387,14 @@ class Runner:
         make_policy = self.policy_factory or (lambda: ModelPolicy(batcher.submit))  # type: ignore[union-attr]
         in_flight = max(cfg.concurrency, cfg.branch_concurrency or 0)
         executor = ThreadPoolExecutor(max_workers=in_flight + 4, thread_name_prefix="agentrl-env")
-        semaphore = asyncio.Semaphore(cfg.concurrency)
-        branch_semaphore = asyncio.Semaphore(cfg.branch_concurrency or cfg.concurrency)  # after the roots
+        slots = Slots(cfg.concurrency, batcher)
+        branch_slots = Slots(cfg.branch_concurrency or cfg.concurrency, batcher)  # after the roots
         t0 = time.perf_counter()
         display = _Display(len(results), self, enabled=self.show_progress)
 
         async def one(job: _Job) -> None:
-            async with semaphore if job.root is None else branch_semaphore:
-                if batcher is not None:
-                    batcher.enter()
-                try:
-                    episode = await self._job(job, executor, make_policy)
-                finally:
-                    if batcher is not None:
-                        batcher.leave()
+            async with (slots if job.root is None else branch_slots).admit():
+                episode = await self._job(job, executor, make_policy)
             results[job.index] = episode
             if not (cfg.branches and job.root is None):  # a root is written once its shared turns are marked
                 stream.write(episode)
