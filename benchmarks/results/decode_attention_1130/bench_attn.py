@@ -1,12 +1,15 @@
-"""Decode step (q_len 1) of SmolLM2 in float32 at R rows with left padding: transformers' sdpa against a
+"""python benchmarks/results/decode_attention_1130/bench_attn.py
+
+Decode step (q_len 1) of SmolLM2 in float32 at R rows with left padding: transformers' sdpa against a
 grouped-query attention without SDPA (scores per KV head, one matmul each way). Medians of interleaved steps."""
 import statistics, sys, time
+from pathlib import Path
 import torch
 from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-sys.path.insert(0, "/work/main")
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository
 from agentrl.rollout.model import load_model
 from agentrl.rollout.generators.kv_cache import roomy_cache
 
