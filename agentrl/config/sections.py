@@ -338,6 +338,8 @@ class TrainConfig:
     """Entries kept by each of oneDNN's primitive cache and PyTorch's oneDNN (ideep) cache on CPU (0: the libraries' default, 1024 each). A bfloat16 matmul keeps a packed copy of its weight per input shape, so every new sequence length adds ~2 MB per linear layer until the caches are full: the quickstart's warm-up peak is 3.33 GiB with the defaults and 2.66 GiB with 64, same results; kernels that fall out of a capped cache are re-created (quiet AVX512-BF16 CPU: a decode-like step 4% slower, a learner pass not measurably; measure it: benchmarks/bench_kernel_cache.py). ONEDNN_PRIMITIVE_CACHE_CAPACITY / LRU_CACHE_CAPACITY already set in the environment win (said at start)."""
     trainable_layers: int = setting(0, eval="optimisation and bookkeeping: training only")
     """Full fine-tuning of only the top N transformer blocks and final norm (0 = every weight); cuts backward cost on CPU."""
+    reuse_sampler_hidden: bool | str = setting("auto", eval="optimisation and bookkeeping: training only")
+    """With train.trainable_layers: the learner starts at the lowest trained block from what that block received when the rollout's sampler computed each token (the frozen blocks below give the same output for the same tokens), instead of running the frozen blocks again: ~a third less learner compute with 10 of SmolLM2's 30 blocks trained. The hf generator keeps those states (2.3 KB a token for SmolLM2, beside its 46 KB of K/V) for the training rollouts only. auto: on where it holds (hf backend sampling the learner's own weights with its prefix cache, no LoRA, one process with engine=torch, a llama/qwen2/qwen3 decoder), else off; true: on, or an error naming what stands in the way; false: off. Resolved value printed and saved; perf/learner_from_sampler is the share of learner micro-batches that started from the sampler's states."""
     seed: int = setting(0, eval="training streams (held-out evals sample from their own seed)")
     """Seed for tasks, sampling and initialisation; each episode samples from its own stream derived from (seed, step, task, sample index)."""
     deterministic: bool = setting(False, eval="optimisation and bookkeeping: training only")
@@ -370,6 +372,9 @@ class TrainConfig:
             raise ConfigError(f"{prefix}.bf16_autocast", f"{self.bf16_autocast!r} is not allowed",
                               "use auto (measure at start), true or false")  # fmt: skip
         _choice(f"{prefix}.eval_sampler_dtype", self.eval_sampler_dtype, ("model", "bfloat16", "auto"))
+        if isinstance(self.reuse_sampler_hidden, str) and self.reuse_sampler_hidden != "auto":
+            raise ConfigError(f"{prefix}.reuse_sampler_hidden", f"{self.reuse_sampler_hidden!r} is not allowed",
+                              "use auto, true or false")  # fmt: skip
         if self.zero_stage not in (1, 2, 3):
             raise ConfigError(f"{prefix}.zero_stage", f"must be 1, 2 or 3, got {self.zero_stage}")
         if self.minibatch_size % self.micro_batch_size:

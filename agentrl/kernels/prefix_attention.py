@@ -57,10 +57,12 @@ class Prefixes:
         self.spans = [_span(r) for r in rows]
 
     @classmethod
-    def of_cache(cls, cache: Any, batch: int) -> Prefixes:
-        """Every one of ``batch`` rows attends to one prefix, a ``transformers`` cache at batch 1."""
-        kv = [[(layer.keys, layer.values) for layer in cache.layers]]
-        return cls(kv, [torch.arange(batch, device=kv[0][0][0].device)], batch)
+    def of_cache(cls, cache: Any, batch: int, first: int = 0) -> Prefixes:
+        """Every one of ``batch`` rows attends to one prefix, a ``transformers`` cache at batch 1
+        (``first``: its slot 0 holds block ``first``'s K/V; the blocks below are not run)."""
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        kv: list[list[Any]] = [[None] * first + layers]
+        return cls(kv, [torch.arange(batch, device=layers[0][0].device)], batch)
 
     def select(self, keep: Tensor) -> Prefixes:
         """The groups of rows ``keep`` (old row indices, in their new order); groups left empty go."""

@@ -30,6 +30,7 @@ from agentrl.outcome import OUTCOME, StepOutcome
 from agentrl.rollout import process_rewards
 from agentrl.rollout.context import Context, choose_context
 from agentrl.rollout.generators.base import GenerationOutput, SamplingParams, derive_seed
+from agentrl.rollout.generators.hidden import SamplerHidden
 from agentrl.rollout.settings import RolloutConfig
 from agentrl.trajectory import Episode, Segment, Turn
 
@@ -226,6 +227,7 @@ class EpisodeRun:
         self.stop_ids = {tokenizer.eos_token_id} if tokenizer is not None else set()
         self.result: dict[str, Any] = {}
         self.index = 0  # the next turn's number (generation order, folding turns included)
+        self.sampler_hidden: SamplerHidden | None = None  # the last generate call's kept states, if any
         self.max_turns = config.max_turns or DEFAULT_MAX_TURNS  # set from the env's budget at reset
         self.observation = ""  # what the policy is answering (task, tool result, branch instruction)
         self._t0 = time.perf_counter()
@@ -266,6 +268,8 @@ class EpisodeRun:
     async def generate_turn(self, prompt: list[int], observation: str, kind: str = "action") -> Turn:
         """Generate the next turn (numbered in generation order) from ``prompt``."""
         out = await self._generate(prompt, observation)
+        if out.hidden is not None and out.ids:  # the learner may start from them (generators/hidden.py)
+            self.sampler_hidden = SamplerHidden(tuple(prompt) + tuple(out.ids[:-1]), out.hidden)
         if out.text is not None:  # a text agent (scripted, chat): no ids to decode
             action = out.text
         else:
@@ -404,7 +408,7 @@ class EpisodeRun:
     def episode(self, error: str | None = None) -> Episode:
         """The episode recorded so far (complete after ``run`` returns)."""
         wall = time.perf_counter() - self._t0
-        return Episode(
+        episode = Episode(
             episode_id=self.episode_id,
             env_id=self.env_id,
             task_id=self.task_id,
@@ -426,6 +430,9 @@ class EpisodeRun:
                 "generated_tokens": float(self.progress.generated_tokens),
             },
         )
+        if self.sampler_hidden is not None and error is None:
+            episode.sampler_hidden = self.sampler_hidden  # not a field: never saved
+        return episode
 
 
 async def _call_inline(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -93,10 +93,13 @@ class TorchEngine(_EngineBase):
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _warmup(warmup_steps))
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, reference: bool = False
+        self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, reference: bool = False,
+        start: Tensor | None = None,
     ) -> PolicyOutput:
         if reference:  # no gradient, so no DDP bookkeeping
             return self.policy(input_ids, attention_mask, loss_mask, reference=True)
+        if start is not None:  # the sampler's kept states (train.reuse_sampler_hidden)
+            return self.module(input_ids, attention_mask, loss_mask, start=start)
         return self.module(input_ids, attention_mask, loss_mask)
 
     def backward(self, loss: Tensor, last: bool = True) -> None:
@@ -198,8 +201,11 @@ class DeepSpeedEngine(_EngineBase):
         self.module = self.engine
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, reference: bool = False
+        self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, reference: bool = False,
+        start: Tensor | None = None,
     ) -> PolicyOutput:
+        if start is not None:
+            raise ValueError("train.reuse_sampler_hidden runs with engine=torch only")
         return self.engine(input_ids, attention_mask, loss_mask, reference)
 
     def backward(self, loss: Tensor, last: bool = True) -> None:

@@ -109,8 +109,17 @@ class Policy(nn.Module):
     #: keeps its own).
     checkpoint_tails: bool = True
 
-    def hidden_states(self, model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    #: The lowest trained block where the learner may start from the sampler's kept states
+    #: (``train.reuse_sampler_hidden``; :mod:`agentrl.rollout.generators.hidden`); None: never.
+    start_layer: int | None = None
+
+    def hidden_states(
+        self, model: nn.Module, input_ids: Tensor, attention_mask: Tensor, start: Tensor | None = None
+    ) -> Tensor:
         """Final (normed) hidden states ``[B, L, H]`` of ``model``'s decoder.
+
+        ``start`` (``[B, L, H]``): what block :attr:`start_layer` receives for these tokens (the
+        sampler's kept states of frozen blocks); the blocks below it are then not run.
 
         Rows of one batch usually start with the same system prompt and tool list (the rows of a
         tree share everything before their branch point). That common prefix runs once (batch 1);
@@ -125,6 +134,15 @@ class Policy(nn.Module):
         from agentrl.kernels import prefix_attention
 
         decoder = model.get_decoder()
+        first = 0 if start is None else self.start_layer
+        if first is None:
+            raise ValueError("hidden states to start from, but Policy.start_layer is not set")
+        run = _from_block(decoder, first)  # the decoder itself at block 0
+
+        def feed(rows: slice, cols: slice) -> dict[str, Tensor]:  # token ids, or the kept states
+            return {"input_ids": input_ids[rows, cols]} if start is None else {"inputs_embeds": start[rows, cols]}
+
+        everything = slice(None)
         prefix = shared_prefix_length(input_ids, attention_mask)
         batch, length = input_ids.shape
         attend = (
@@ -134,22 +152,20 @@ class Policy(nn.Module):
             and prefix_attention.supported(decoder)
         )
         if prefix < self.min_shared_prefix or input_ids.shape[0] == 1 or (_checkpoints(decoder) and not attend):
-            out = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+            out = run(**feed(everything, everything), attention_mask=attention_mask, use_cache=False)
             return out.last_hidden_state
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
+        cache = _cache_from(first)
         with _layer_checkpointing(decoder, False):  # the prefix pass fills its cache
-            head = decoder(input_ids=input_ids[:1, :prefix], past_key_values=cache, use_cache=True)
+            head = run(**feed(slice(0, 1), slice(0, prefix)), past_key_values=cache, use_cache=True)
         positions = torch.arange(prefix, length, device=input_ids.device)
         if attend:
             layers = torch.is_grad_enabled() and decoder.training and (self.checkpoint_tails or _checkpoints(decoder))
-            prefixes = prefix_attention.Prefixes.of_cache(cache, batch)
+            prefixes = prefix_attention.Prefixes.of_cache(cache, batch, first=first)
             prefixes.recompute_scores = not layers  # a recomputed layer keeps no scores anyway
             recompute = functools.partial(prefix_attention.shared_prefix_attention, decoder)
             with prefix_attention.shared_prefix_attention(decoder), _layer_checkpointing(decoder, layers, recompute):
-                tail = decoder(
-                    input_ids=input_ids[:, prefix:],
+                tail = run(
+                    **feed(everything, slice(prefix, None)),
                     attention_mask=prefix_attention.tail_mask(attention_mask, prefix),
                     position_ids=positions[None, :].expand(batch, -1),
                     use_cache=False,
@@ -157,8 +173,8 @@ class Policy(nn.Module):
                 )
         else:
             cache.batch_repeat_interleave(batch)
-            tail = decoder(
-                input_ids=input_ids[:, prefix:],
+            tail = run(
+                **feed(everything, slice(prefix, None)),
                 attention_mask=attention_mask,
                 past_key_values=cache,
                 position_ids=positions[None, :].expand(batch, -1),
@@ -168,11 +184,12 @@ class Policy(nn.Module):
         return torch.cat([head.last_hidden_state.expand(batch, -1, -1), tail.last_hidden_state], dim=1)
 
     def _outputs(
-        self, lm: nn.Module, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, *, values: bool
+        self, lm: nn.Module, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, *, values: bool,
+        start: Tensor | None = None,
     ) -> PolicyOutput:
         batch, length = input_ids.shape
         with torch.autocast(input_ids.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-            hidden = self.hidden_states(lm, input_ids, attention_mask)  # [B, L, H]
+            hidden = self.hidden_states(lm, input_ids, attention_mask, start)  # [B, L, H]
         hidden = hidden.to(lm.get_output_embeddings().weight.dtype)
         select = loss_mask[:, 1:] > 0  # [B, L-1] positions t-1 that predict a trained token t
         rows = hidden[:, :-1][select]  # [N, H]
@@ -210,18 +227,19 @@ class Policy(nn.Module):
             del head.forward
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, reference: bool = False
+        self, input_ids: Tensor, attention_mask: Tensor, loss_mask: Tensor, reference: bool = False,
+        start: Tensor | None = None,
     ) -> PolicyOutput:
         """Log-probs, entropies (and values with a critic) of the batch's trained tokens.
 
         With ``reference=True`` the reference policy is used (no values); call it under
         ``torch.no_grad``. Going through ``forward`` either way lets engines (DeepSpeed ZeRO-3)
-        gather parameters for both passes.
+        gather parameters for both passes. ``start``: see :meth:`hidden_states` (not with ``reference``).
         """
         if reference:
             with self._reference_lm() as lm:
                 return self._outputs(lm, input_ids, attention_mask, loss_mask, values=False)
-        return self._outputs(self.lm, input_ids, attention_mask, loss_mask, values=True)
+        return self._outputs(self.lm, input_ids, attention_mask, loss_mask, values=True, start=start)
 
     @torch.no_grad()
     def continuation_logprobs(self, sequence: Tensor, boundaries: list[int], continuation: Tensor) -> Tensor:
@@ -292,6 +310,33 @@ class Policy(nn.Module):
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
+
+
+def _from_block(decoder: nn.Module, first: int) -> nn.Module:
+    """``decoder``'s forward from block ``first`` on, taking that block's input as ``inputs_embeds``:
+    a shallow copy, made per call (so its flags are the decoder's now), whose ``layers`` are the
+    blocks from ``first``, the same modules and parameters; the decoder the generator samples from
+    is not touched. ``first=0``: the decoder itself."""
+    if first == 0:
+        return decoder
+    top = copy.copy(decoder)
+    top._modules = {**decoder._modules, "layers": nn.ModuleList(list(decoder.layers)[first:])}
+    return top
+
+
+def _cache_from(first: int) -> Any:
+    """A ``transformers`` ``DynamicCache`` for blocks ``first..``: block ``first + i`` keeps its K/V in
+    slot ``i``, so lengths and masks read the first block run, as the decoder's own forward does."""
+    from transformers import DynamicCache
+
+    if first == 0:
+        return DynamicCache()
+
+    class Shifted(DynamicCache):
+        def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> Any:
+            return super().update(key_states, value_states, layer_idx - first, *args, **kwargs)
+
+    return Shifted()
 
 
 def _checkpoints(decoder: nn.Module) -> bool:

@@ -24,6 +24,7 @@ import torch
 from agentrl.algos.mismatch import mismatch_metrics
 from agentrl.config import RunConfig
 from agentrl.rollout.generators.base import derive_seed
+from agentrl.rollout.generators.hidden import returned
 from agentrl.train.engines import world
 from agentrl.train.fields import LazyScores, StepData
 from agentrl.train.memory import PhasePeaks, gpu_memory
@@ -170,7 +171,7 @@ class Sampling:
     def _run(self, picked: list[int], seed: int, step: int, name: str) -> Draw:
         rollout = self.config.rollout
         with self.progress.phase(name, len(picked) * rollout.episodes_per_task, unit="episode", per_step=False,
-                                 key="rollout") as phase:  # fmt: skip
+                                 key="rollout") as phase, returned(getattr(self.rollouts, "generator", None)):  # fmt: skip
             episodes, run = self.rollouts.run(
                 [self.rollouts.train_tasks[i] for i in picked], seed=seed, version=step, group_size=rollout.group_size,
                 on_episode=phase.on_episode(), branches=rollout.branches,
@@ -352,7 +353,10 @@ def learn(run: Run, kept: list[Episode], step: int, tag: str) -> dict[str, float
                                     cap=plan.loss_options.get("mismatch_cap", 2.0))  # fmt: skip
     trained_tokens = update.pop("forwarded_loss_tokens")  # tokens with a loss, all epochs
     seq_tokens = update.pop("forwarded_tokens")  # tokens forwarded (train.skip_zero_advantage skips some)
+    from_sampler = update.pop("from_sampler_share", None)  # train.reuse_sampler_hidden
     metrics |= {f"loss/{k}": v for k, v in update.items()}
+    if from_sampler is not None:
+        metrics["perf/learner_from_sampler"] = from_sampler
     metrics |= {"perf/scoring_s": scoring_s, "perf/learner_s": learner_s,
                 "perf/train_tokens_per_s": trained_tokens / max(learner_s, 1e-9),
                 "perf/seq_tokens_per_s": seq_tokens / max(learner_s, 1e-9),

@@ -27,6 +27,7 @@ import yaml
 
 from agentrl.config import RunConfig, resolve_env_budgets, to_dict
 from agentrl.errors import ConfigError
+from agentrl.train import frozen
 from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, seed_everything
 from agentrl.train.engines import make_engine, world
 from agentrl.train.heldout import check_shared_eval, compare_evals, held_out_means, make_evaluator
@@ -99,6 +100,10 @@ def measured_config(config: RunConfig, model: Any, progress: RunProgress,
     elif train.eval_sampler_dtype == "auto":
         progress.print(f"evals: the {rollout.backend} engine samples in its own dtype (train.eval_sampler_dtype=model, auto)")
         train = dataclasses.replace(train, eval_sampler_dtype="model")
+    reuse, line = frozen.resolve(dataclasses.replace(config, rollout=rollout), model,
+                                 lora=config.model.lora_rank > 0 or is_peft(model), sampler_dtype=rollout.sampler_dtype)  # fmt: skip
+    progress.print(line)
+    train = dataclasses.replace(train, reuse_sampler_hidden=reuse)
     train = dataclasses.replace(train, bf16_autocast=precision.bf16)
     return dataclasses.replace(config, train=train, rollout=rollout), precision
 
@@ -134,7 +139,8 @@ def make_generator_for(config: RunConfig, policy: Any, tokenizer: Any) -> Any:
         return make_generator("hf", model=policy.model, tokenizer=tokenizer, seed=seed,
                               max_batch_size=max(32, rollout.concurrency, rollout.branch_concurrency or 0),
                               prefix_cache_tokens=rollout.prefix_cache_tokens,
-                              sample_dtype=torch.bfloat16 if rollout.sampler_dtype == "bfloat16" else None)  # fmt: skip
+                              sample_dtype=torch.bfloat16 if rollout.sampler_dtype == "bfloat16" else None,
+                              hidden_layer=policy.start_layer)  # fmt: skip
     if rollout.backend == "vllm":
         return make_generator("vllm", model_name=config.model.name, dtype=config.model.dtype, seed=seed,
                               max_model_len=rollout.max_context_tokens + rollout.max_new_tokens)  # fmt: skip
@@ -182,6 +188,7 @@ class Trainer:
         self.config, self.precision = measured_config(declared, model, progress, resumed)
         config = self.config
         policy = build_policy(model, config)
+        policy.start_layer = frozen.start_layer(config, model)  # train.reuse_sampler_hidden
         if config.algo.kl_coef > 0:
             policy.prepare_reference()
         generator = make_generator_for(config, policy, tokenizer)

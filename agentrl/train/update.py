@@ -118,18 +118,43 @@ def _rows(value: Tensor, idx: Tensor, length: int) -> Tensor:
     return value[idx, :length] if value.dim() == 2 else value[idx]
 
 
+def sampler_rows(engine: Any, episodes: list[Any], tokens: TokenBatch) -> list[Any] | None:
+    """Per row, the sampler's kept states it can start from (``train.reuse_sampler_hidden``;
+    :mod:`agentrl.rollout.generators.hidden`), else None: its episode's last generate call covered
+    the row's tokens up to its last trained one. None when the policy never starts from them."""
+    if engine.policy.start_layer is None:
+        return None
+    rows: list[Any] = []
+    for r, e in enumerate(tokens.row_episode.tolist()):
+        kept = getattr(episodes[e], "sampler_hidden", None)
+        if kept is not None:
+            n = len(kept.ids)
+            if not kept.covers(tokens.input_ids[r]) or bool(tokens.loss_mask[r, n + 1 :].any()):
+                kept = None  # another segment of the episode, or a token trained past what was kept
+        rows.append(kept)
+    return rows
+
+
 class _Micro:
-    """One micro-batch: the forward pass and exactly the declared needs, sliced to its rows."""
+    """One micro-batch: the forward pass and exactly the declared needs, sliced to its rows.
+    ``kept`` (:func:`sampler_rows`): where every row has the sampler's states, the frozen blocks are
+    not run."""
 
     def __init__(self, engine: Any, tokens: TokenBatch, fields: dict[str, Tensor], idx: Tensor,
-                 adv: Tensor, *, module: bool = True):  # fmt: skip
+                 adv: Tensor, *, module: bool = True, kept: list[Any] | None = None):  # fmt: skip
         device = engine.policy.lm.device
         mask = tokens.attention_mask[idx]
         self.length = length = int(mask.sum(1).max()) if idx.numel() else 1
         loss_mask = fields["loss_mask"][idx, :length].to(device)
         ids, attn = tokens.input_ids[idx, :length].to(device), mask[:, :length].to(device)
         forward = engine.forward if module else engine.policy
-        self.out = forward(ids, attn, loss_mask)
+        rows = [kept[r] for r in idx.tolist()] if kept is not None else []
+        self.from_sampler = bool(rows) and all(k is not None for k in rows)
+        if self.from_sampler:
+            start = torch.stack([k.rows(length) for k in rows]).to(device)  # [b, length, H]
+            self.out = forward(ids, attn, loss_mask, start=start)
+        else:
+            self.out = forward(ids, attn, loss_mask)
         self.inputs = {k: _rows(v, idx, length).to(device) for k, v in fields.items()}
         self.inputs["logp"] = self.out.logp
         self.loss_mask = loss_mask
@@ -170,10 +195,11 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
     seq = fields.get("seq_id")  # [B] rollout of each row, with agg_unit=rollout
     # tree rollouts: a tree's rows go through one micro-batch, which forwards their shared prefix once
     together = seq if seq is not None else tree_of_rows(step.config, step.episodes, step.tokens)
+    kept = sampler_rows(engine, step.episodes, tokens)
     skip = config.train.skip_zero_advantage
     inert = zero_advantage_rows(adv, fields["loss_mask"], seq) if skip else torch.zeros_like(trainable)
     rows_seen = rows_skipped = 0
-    forwarded = {"tokens": 0.0, "loss_tokens": 0.0}
+    forwarded = {"tokens": 0.0, "loss_tokens": 0.0, "from_sampler": 0.0, "micro_batches": 0.0}
     device = engine.policy.lm.device
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
@@ -209,10 +235,11 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
             scale, extra = 1.0, {}
             if clip_bias is not None:
                 scale, extra = _clip_bias_scale(
-                    engine, tokens, fields, adv, micros, clip_bias, bias_options, weight_of, floor=algo.clip_bias_floor
+                    engine, tokens, fields, adv, micros, clip_bias, bias_options, weight_of, floor=algo.clip_bias_floor,
+                    kept=kept,
                 )
             for m_idx, idx in enumerate(micros):
-                micro = _Micro(engine, tokens, fields, idx, adv)
+                micro = _Micro(engine, tokens, fields, idx, adv, kept=kept)
                 out, loss_mask = micro.out, micro.loss_mask
                 weight = weight_of(micro)
                 policy_loss, metrics = loss.from_batch(micro.inputs, micro.adv, **options)
@@ -238,6 +265,8 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
                 engine.backward(total, last=m_idx == len(micros) - 1)
                 forwarded["tokens"] += float(tokens.attention_mask[idx].sum())
                 forwarded["loss_tokens"] += float(loss_mask.sum().cpu())
+                forwarded["from_sampler"] += float(micro.from_sampler)
+                forwarded["micro_batches"] += 1.0
                 metrics["loss"] = float(policy_loss.detach())
                 for key, value in metrics.items():
                     sums[key] += float(value)
@@ -252,6 +281,8 @@ def ppo_update(engine: Any, step: StepData, batch: LazyBatch, adv: Tensor, retur
     out = {key: sums[key] / counts[key] for key in sums}
     out["skipped_rows"] = rows_skipped / max(rows_seen, 1)
     out["forwarded_tokens"], out["forwarded_loss_tokens"] = forwarded["tokens"], forwarded["loss_tokens"]
+    if kept is not None:  # train.reuse_sampler_hidden: the share of micro-batches that started from the sampler's states
+        out["from_sampler_share"] = forwarded["from_sampler"] / max(forwarded["micro_batches"], 1.0)
     if "grad_norm" in out:
         out["grad_norm_max"] = peak  # the largest optimizer step of this update (spikes hide in the mean)
     return out
@@ -282,7 +313,7 @@ def zero_advantage_rows(adv: Tensor, loss_mask: Tensor, seq_id: Tensor | None = 
 
 def _clip_bias_scale(engine: Any, tokens: TokenBatch, fields: dict[str, Tensor], adv: Tensor,
                      micros: list[Tensor], clip_bias: Any, options: dict[str, Any],
-                     weight_of: Any, *, floor: float = 1.0) -> tuple[float, dict[str, float]]:  # fmt: skip
+                     weight_of: Any, *, floor: float = 1.0, kept: list[Any] | None = None) -> tuple[float, dict[str, float]]:  # fmt: skip
     """``(1 / max(floor, ||C||), metrics)`` with ``C = grad S_c`` over the whole minibatch (all ranks)."""
     params = engine.policy.trainable_parameters()
     total: list[Tensor | None] = [None] * len(params)
@@ -291,7 +322,7 @@ def _clip_bias_scale(engine: Any, tokens: TokenBatch, fields: dict[str, Tensor],
     # its gradient in the ranks' all-reduce: one process, DDP, ZeRO-1/2 (not where parameters are sharded)
     can_skip = engine.world_size == 1 or not engine.shards_parameters
     for idx in micros:
-        micro = _Micro(engine, tokens, fields, idx, adv, module=False)  # no DDP hooks: autograd.grad only
+        micro = _Micro(engine, tokens, fields, idx, adv, module=False, kept=kept)  # no DDP hooks: autograd.grad only
         surrogate, metrics = clip_bias.from_batch(micro.inputs, micro.adv, **options)
         in_set += metrics["clip_bias_frac"] * float(micro.loss_mask.sum())
         if can_skip and metrics["clip_bias_frac"] == 0:

@@ -100,6 +100,9 @@ class GenerationOutput:
     top_logprobs: list[list[tuple[int, float]]] | None = None
     #: the reply as text, from agents without token ids (scripted and chat agents; ``ids`` empty)
     text: str | None = None
+    #: with the HF generator's hidden-state tap on and asked for: what the lowest trained block
+    #: received for the prompt and ``ids[:-1]``, as segments ``[T_i, H]`` (:mod:`.hidden`); never saved
+    hidden: tuple[Any, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.logprobs):

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ from agentrl.rollout.generators.base import (
 )
 from agentrl.rollout.generators.batch_rows import PaddedRows, SharedPromptRows, decode_rows
 from agentrl.rollout.generators.head import last_logits, packed_head_for
+from agentrl.rollout.generators.hidden import HiddenTap, row_hidden
 from agentrl.rollout.generators.kv_cache import PrefixCache, left_pad, left_padded_cache, roomy_cache
 from agentrl.rollout.generators.sampling import hold_stops, sample_next, stop_set, top_pairs
 
@@ -99,6 +101,7 @@ class HFGenerator(Generator):
         prefix_cache_tokens: int = 65536,
         share_prompts: bool = True,
         sample_dtype: torch.dtype | None = None,
+        hidden_layer: int | None = None,
     ):
         """Args:
         max_batch_size: rows decoded together; larger requests are split.
@@ -111,6 +114,9 @@ class HFGenerator(Generator):
             needs the prefix cache); False copies it per row.
         sample_dtype: sample from a copy of ``model`` in this dtype (e.g. bfloat16 from a float32 learner),
             which :meth:`update_weights` refreshes; None or the model's dtype: sample from ``model``.
+        hidden_layer: keep what this decoder block receives for every token (needs the prefix
+            cache; :mod:`.hidden`); generations carry it while :attr:`return_hidden` is set (the
+            trainer's rollouts, not its evals). None: not kept.
         """
         if sample_dtype is not None and sample_dtype != next(model.parameters()).dtype:
             model = sampling_copy(model, sample_dtype)
@@ -132,6 +138,12 @@ class HFGenerator(Generator):
         self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
         self.share_prompts = share_prompts
         self.head = packed_head_for(model)  # the LM head prepacked on CPU (head.py); None: the model's forward
+        if hidden_layer is not None and self.prefix_cache is None:
+            raise GeneratorError("keeping hidden states (hidden_layer) needs the prefix cache: prefix_cache_tokens > 0")
+        self.tap = HiddenTap(model, hidden_layer) if hidden_layer is not None else None
+        if self.tap is not None:  # the hook goes with the generator, not with the model it shares
+            weakref.finalize(self, self.tap.remove)
+        self.return_hidden = False
 
     @property
     def device(self) -> torch.device:
@@ -167,7 +179,7 @@ class HFGenerator(Generator):
         outputs: list[GenerationOutput | None] = [None] * len(prompts)
         # Similar lengths share a batch, so less padding is computed.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        with self._lock:
+        with self._lock, self.tap.active() if self.tap is not None else contextlib.nullcontext():
             rngs = [
                 self._rng if seeds is None or seeds[i] is None else torch.Generator().manual_seed(seeds[i])
                 for i in range(len(prompts))
@@ -207,6 +219,7 @@ class HFGenerator(Generator):
         ents: list[list[float]] = [[] for _ in range(batch)]
         tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(batch)]
         reasons = ["length"] * batch
+        hidden: dict[int, tuple[torch.Tensor, ...]] = {}  # prompt index -> kept states (self.return_hidden)
         rows = list(range(batch))  # prompt index of each row still in the batch
         finished = [False] * batch  # per row of the current batch
         for step in range(sampling.max_new_tokens):
@@ -232,7 +245,7 @@ class HFGenerator(Generator):
                 break
             if sum(finished) * 4 >= len(rows):  # drop the stopped rows
                 keep = [r for r in range(len(rows)) if not finished[r]]
-                self._store_rows(state, [(r, rows[r]) for r in range(len(rows)) if finished[r]], prompts, ids)
+                self._store_rows(state, [(r, rows[r]) for r in range(len(rows)) if finished[r]], prompts, ids, hidden)
                 index = torch.tensor(keep, device=device)
                 state.keep(index)
                 tokens = tokens[index]
@@ -241,7 +254,7 @@ class HFGenerator(Generator):
                 torch.tensor(finished, device=device), torch.full_like(tokens, self.pad_id), tokens
             )
             logits = state.advance(feed)  # [B, V]
-        self._store_rows(state, list(enumerate(rows)), prompts, ids, release=True)
+        self._store_rows(state, list(enumerate(rows)), prompts, ids, hidden, release=True)
         total_s = time.perf_counter() - t0
         timings = {"prefill_s": prefill_s, "generate_s": total_s, "batch": float(batch),
                    "shared_prompts": float(state.shared)}  # fmt: skip
@@ -253,6 +266,7 @@ class HFGenerator(Generator):
                 finish_reason=reasons[b],
                 timings=dict(timings),
                 top_logprobs=tops[b] if sampling.top_logprobs else None,
+                hidden=hidden.get(b),
             )
             for b in range(batch)
         ]
@@ -268,16 +282,20 @@ class HFGenerator(Generator):
         rows: list[tuple[int, int]],
         prompts: list[Sequence[int]],
         ids: list[list[int]],
+        hidden: dict[int, tuple[torch.Tensor, ...]],
         *,
         release: bool = False,
     ) -> None:
         """Put the K/V of ``(batch row, prompt index)`` pairs in the prefix cache: prompt + sampled ids
-        but the last (never fed). ``release``: the batch is done (:meth:`PaddedRows.kv_rows`)."""
+        but the last (never fed). ``release``: the batch is done (:meth:`PaddedRows.kv_rows`). With
+        :attr:`return_hidden`, ``hidden[prompt index]`` gets the row's kept states (:mod:`.hidden`)."""
         if self.prefix_cache is None:
             return
         kvs = state.kv_rows([(r, b, len(ids[b]) - 1) for r, b in rows], release=release)
         for (_, b), (kv, base) in zip(rows, kvs, strict=True):
             self.prefix_cache.store(list(prompts[b]) + ids[b][:-1], kv, base)
+            if self.tap is not None and self.return_hidden:
+                hidden[b] = row_hidden(kv, base, self.tap.slot)
 
     def _prefill_with_prefix_cache(
         self, prompts: list[Sequence[int]], room: int

@@ -245,8 +245,10 @@ def _roomy_layer_class() -> type:
                 self.lazy_initialization(key_states, value_states)
             n, s = self.get_seq_length(), key_states.shape[-2]
             if self.buffers is None or n + s > self.buffers[0].shape[-2]:
-                shape = (*key_states.shape[:2], n + s + self.room, key_states.shape[-1])
-                keys, values = key_states.new_empty(shape), value_states.new_empty(shape)
+                shape = (*key_states.shape[:2], n + s + self.room)
+                # values may be narrower than keys (the hidden-state slot: generators/hidden.py)
+                keys = key_states.new_empty((*shape, key_states.shape[-1]))
+                values = value_states.new_empty((*shape, value_states.shape[-1]))
                 if n:
                     keys[:, :, :n].copy_(self.keys)
                     values[:, :, :n].copy_(self.values)
