@@ -179,7 +179,10 @@ class HFGenerator(Generator):
         outputs: list[GenerationOutput | None] = [None] * len(prompts)
         # Similar lengths share a batch, so less padding is computed.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        with self._lock, self.tap.active() if self.tap is not None else contextlib.nullcontext():
+        # the states are kept only while asked for: every runner run starts and ends with an empty
+        # prefix cache, so a run's entries all have the slot or none has
+        keep = self.tap is not None and self.return_hidden
+        with self._lock, self.tap.active() if keep else contextlib.nullcontext():
             rngs = [
                 self._rng if seeds is None or seeds[i] is None else torch.Generator().manual_seed(seeds[i])
                 for i in range(len(prompts))

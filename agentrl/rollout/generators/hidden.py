@@ -12,8 +12,10 @@ generation (:attr:`~agentrl.rollout.generators.base.GenerationOutput.hidden`), t
 last call's (:class:`SamplerHidden`), and the learner runs only the trained blocks from them
 (:meth:`agentrl.train.learner.Policy.hidden_states`).
 
-The tap acts only in the thread the generator marked (:meth:`HiddenTap.active`): the learner, which
-runs the same model object, never adds to its own caches through it.
+The tap acts only while the generator is asked for the states (:func:`returned`: the trainer's
+rollouts, not its evals, which then hold no extra memory) and only in the thread the generator
+marked (:meth:`HiddenTap.active`): the learner, which runs the same model object, never adds to its
+own caches through it.
 """
 
 from __future__ import annotations
@@ -128,11 +130,13 @@ def returned(generator: Any) -> Iterator[None]:
     if getattr(generator, "tap", None) is None:
         yield
         return
+    generator.reset_cache()  # cached K/V either all have the states' slot or none has
     generator.return_hidden = True
     try:
         yield
     finally:
         generator.return_hidden = False
+        generator.reset_cache()
 
 
 __all__ = ["HiddenTap", "SamplerHidden", "returned", "row_hidden"]
