@@ -42,8 +42,8 @@ class HiddenTap:
         self.slot = len(blocks)
         self._owner: int | None = None
 
-        # a closure, not a bound method: a deep copy of the model (a bfloat16 eval sampler) keeps this
-        # same tap, so its caches have the slot too
+        # a closure, not a bound method: a deep copy of the model (a bfloat16 eval sampler) shares this
+        # tap, inactive there (evals do not ask for the states), instead of copying it
         def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             if self._owner != threading.get_ident():
                 return
