@@ -398,6 +398,9 @@ class Runner:
             results[job.index] = episode
             if not (cfg.branches and job.root is None):  # a root is written once its shared turns are marked
                 stream.write(episode)
+                if self.generator is not None:  # nothing continues it (a root's branches read its trunk)
+                    for segment in episode.segments:
+                        self.generator.release(segment.token_ids())
             self._account(episode)
             display.advance()
             if self.on_episode is not None:

@@ -538,3 +538,48 @@ def test_a_wave_of_branches_does_not_evict_the_trunks_still_to_branch(tiny, toke
         if tree == 0:  # the branches hold their prompt once: 50 + 6 x 5 tokens, beside the other trunk's 45
             assert cache.tokens == len(point) + sum(len(o.ids) - 1 for o in outs) + len(roots[1]) + 5 <= 200
             assert 6 * len(point) > 200  # what 6 copies would have needed
+
+
+def test_an_ended_episodes_cache_entry_goes_and_the_episodes_in_flight_keep_theirs(tiny, tokenizer):
+    """An eval's shape: 6 chains of 3 turns, 2 in flight, a budget that holds every episode. Without
+    release the cache ends holding every episode's last entry; with it, an ended episode's entry goes
+    at the next generate call, so the cache holds the episodes in flight and the last wave's; every
+    episode is the same either way (an episode reads only its own previous turn beyond the shared
+    system prompt)."""
+    from agentrl.rollout.generators.kv_cache import PrefixCache
+    from agentrl.rollout.runner import run_episodes
+    from agentrl.rollout.settings import RolloutConfig
+
+    from .toy import make_lookup_env
+
+    settings = RolloutConfig(max_new_tokens=8, concurrency=2, group_size=1, temperature=0.0)
+    runs = {}
+    for release in (True, False):
+        gen = HFGenerator(tiny, tokenizer, prefix_cache_tokens=100_000)
+        if not release:
+            gen.release = lambda ids: None
+        held: list[int] = []
+        generate = gen._generate_batch
+
+        def counting(*args, generate=generate, gen=gen, held=held, **kwargs):
+            held.append(len(gen.prefix_cache.entries))  # entries at each decode batch's start
+            return generate(*args, **kwargs)
+
+        gen._generate_batch = counting
+        cleared = PrefixCache.clear
+
+        def keep_at_end(self, held=held, cleared=cleared):  # the runner clears at the end: count first
+            held.append(len(self.entries))
+            cleared(self)
+
+        PrefixCache.clear = keep_at_end
+        try:
+            episodes = run_episodes(lambda: make_lookup_env(max_turns=3), [f"k{i}" for i in range(6)], gen,
+                                    tokenizer, settings, progress=False)  # fmt: skip
+        finally:
+            PrefixCache.clear = cleared
+        runs[release] = ([e.segments[0].token_ids() for e in episodes], held)
+    (ids_on, held_on), (ids_off, held_off) = runs[True], runs[False]
+    assert ids_on == ids_off
+    assert max(held_off) == 6  # every episode's last entry, held until the run ends
+    assert max(held_on) <= 3  # the two in flight and at most one that ended since the last call

@@ -221,6 +221,11 @@ class Generator(ABC):
         """Drop cached state derived from the weights (prefix K/V); the runner calls it per run."""
         return None
 
+    def release(self, ids: Sequence[int]) -> None:
+        """An episode whose tokens are ``ids`` has ended: what is cached for it alone may go (the
+        runner calls it for every episode no later one continues; a no-op where nothing is cached)."""
+        return None
+
     def prefix_reuse(self) -> tuple[int, int]:
         """``(prompt tokens prefilled, of them read from a prefix cache)`` since the generator was
         made; ``(0, 0)`` where the backend keeps no prefix cache of its own."""

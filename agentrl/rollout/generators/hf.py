@@ -7,6 +7,7 @@ it reports are computed from exactly the distribution each token was drawn from 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import threading
@@ -144,6 +145,7 @@ class HFGenerator(Generator):
         if self.tap is not None:  # the hook goes with the generator, not with the model it shares
             weakref.finalize(self, self.tap.remove)
         self.return_hidden = False
+        self._ended: collections.deque[tuple[int, ...]] = collections.deque()  # release(): applied under the lock
 
     @property
     def device(self) -> torch.device:
@@ -183,6 +185,7 @@ class HFGenerator(Generator):
         # prefix cache, so a run's entries all have the slot or none has
         keep = self.tap is not None and self.return_hidden
         with self._lock, self.tap.active() if keep else contextlib.nullcontext():
+            self._drop_ended()
             rngs = [
                 self._rng if seeds is None or seeds[i] is None else torch.Generator().manual_seed(seeds[i])
                 for i in range(len(prompts))
@@ -445,6 +448,22 @@ class HFGenerator(Generator):
         if self.prefix_cache is not None:
             with self._lock:
                 self.prefix_cache.clear()
+                self._ended.clear()
+
+    def release(self, ids: Sequence[int]) -> None:
+        """An ended episode's cache entry goes at the next generate call (queued: the caller, the
+        runner's event loop, must not wait for the lock a decoding batch holds). An eval's 16
+        episodes in flight then hold the cache, not also the last entries of every episode that
+        ended before them until LRU pressure evicts them (up to ``prefix_cache_tokens`` of K/V)."""
+        if self.prefix_cache is not None:
+            self._ended.append(tuple(ids))
+
+    def _drop_ended(self) -> None:
+        """Under the lock: drop the entries of the episodes :meth:`release` queued."""
+        while self._ended:
+            ids = self._ended.popleft()
+            if self.prefix_cache is not None:
+                self.prefix_cache.discard_within(ids)
 
     def prefix_reuse(self) -> tuple[int, int]:
         cache = self.prefix_cache

@@ -161,6 +161,14 @@ class PrefixCache:
             else:
                 self.tokens -= base.length
 
+    def discard_within(self, ids: Sequence[int]) -> int:
+        """Drop the entries whose ids begin ``ids`` (an ended episode's turns); returns how many."""
+        ids = tuple(ids)
+        gone = [key for key, (old, _, _) in self.entries.items() if len(old) <= len(ids) and ids[: len(old)] == old]
+        for key in gone:
+            self._drop(key)
+        return len(gone)
+
     def discard(self, keys: Iterable[int | None]) -> None:
         """Drop the entries ``keys`` (those still held)."""
         for key in keys:
