@@ -51,7 +51,8 @@ def resolve(config: Any, model: Any, *, lora: bool, sampler_dtype: str) -> tuple
         if asked is True:
             raise ConfigError("train.reuse_sampler_hidden", f"true, but {reason}", "set it to auto or false")
         return False, f"learner: runs every block (train.reuse_sampler_hidden=false, auto: {reason})"
-    blocks, first = blocks_of(model), blocks_of(model) - config.train.trainable_layers
+    blocks = blocks_of(model)
+    first = blocks - config.train.trainable_layers
     said = "as set" if asked is True else "auto"
     return True, (f"learner: starts at block {first + 1} of {blocks} from the states the sampler computed there "
                   f"(blocks 1-{first} are frozen; train.reuse_sampler_hidden=true, {said})")  # fmt: skip

@@ -369,7 +369,6 @@ class MixtureRollouts:
             self.train_tasks += [(i, t) for t in pool]
         self.sizes = [sum(1 for i, _ in self.train_tasks if i == k) for k in range(len(self.envs))]
         self.run_options = self.envs[0].run_options
-        self.generator = self.envs[0].generator  # one generator serves every env
 
     @property
     def generator(self) -> Any:
