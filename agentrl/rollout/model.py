@@ -235,3 +235,35 @@ __all__ = [
     "resolve_model_path",
     "tiny_model",
 ]
+
+
+def eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """Every id that ends an assistant turn: the tokenizer's EOS and the generation config's."""
+    ids: set[int] = set()
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None) if config is not None else None
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif eos:
+        ids.update(int(e) for e in eos)
+    return ids
+
+
+def sampling_copy(model: Any, dtype: Any) -> Any:
+    """A frozen copy of ``model`` in ``dtype`` to sample from (a LoRA model is refused: its
+    weights reach a generator merged, under the base model's names). Each parameter is converted on
+    its own, so the copy never holds a second set of weights in the model's dtype (a float32
+    deepcopy first would add 0.5 GiB for SmolLM2 at its peak); tied weights stay tied, gradients are
+    not copied."""
+    import copy
+
+    import torch
+
+    if is_peft(model):
+        raise GeneratorError(
+            "rollout.sampler_dtype: a LoRA model samples from its live weights; leave sampler_dtype=model"
+        )
+    memo = {id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in model.parameters()}
+    return copy.deepcopy(model, memo).to(dtype).eval().requires_grad_(False)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 FORMATS = ("csv", "xlsx", "json", "sqlite", "pdf", "docx")
 _FIXED_DATE = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+_CORE_DATES = re.compile(rb"(<dcterms:(?:created|modified)\b[^>]*>)[^<]*(</dcterms:(?:created|modified)>)")
 
 Cell = str | int | float
 
@@ -54,11 +55,23 @@ def _fix_zip_times(path: Path) -> None:
     """Rewrite a zip (XLSX, DOCX) with every member dated ``_FIXED_DATE``.
 
     openpyxl and python-docx stamp each member with the current time (2-second resolution), so two
-    writes of one document that straddle a tick differ in bytes.
+    writes of one document that straddle a tick differ in bytes. openpyxl also writes the save time
+    into ``docProps/core.xml``'s ``dcterms:modified`` whatever the workbook's properties say (its
+    newer releases), so the core properties' dates are rewritten too.
     """
     stamp = _FIXED_DATE.timetuple()[:6]
     with zipfile.ZipFile(path) as src:
         members = [(info, src.read(info)) for info in src.infolist()]
+    fixed_text = _FIXED_DATE.strftime("%Y-%m-%dT%H:%M:%SZ").encode()
+    members = [
+        (
+            info,
+            _CORE_DATES.sub(rb"\g<1>" + fixed_text + rb"\g<2>", data)
+            if info.filename == "docProps/core.xml"
+            else data,
+        )
+        for info, data in members
+    ]
     with zipfile.ZipFile(path, "w") as dst:
         for info, data in members:
             fixed = zipfile.ZipInfo(info.filename, date_time=stamp)

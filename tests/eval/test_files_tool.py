@@ -45,7 +45,11 @@ def test_zip_members_carry_the_fixed_date_not_the_clock(tmp_path: Path, fmt: str
     with zipfile.ZipFile(path) as archive:
         dates = {info.date_time for info in archive.infolist()}
         assert archive.testzip() is None
+        core = archive.read("docProps/core.xml")
     assert dates == {(2024, 1, 1, 0, 0, 0)}
+    # openpyxl writes the save time as the workbook's modified date whatever its properties say
+    assert b">2024-01-01T00:00:00Z</dcterms:modified>" in core
+    assert b">2024-01-01T00:00:00Z</dcterms:created>" in core
 
 
 def test_sqlite_query_tool_is_read_only(tmp_path: Path) -> None:

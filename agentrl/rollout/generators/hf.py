@@ -32,6 +32,7 @@ from agentrl.rollout.generators.head import last_logits, packed_head_for
 from agentrl.rollout.generators.hidden import HiddenTap, row_hidden
 from agentrl.rollout.generators.kv_cache import PrefixCache, left_pad, left_padded_cache, roomy_cache
 from agentrl.rollout.generators.sampling import hold_stops, sample_next, stop_set, top_pairs
+from agentrl.rollout.model import eos_ids, sampling_copy
 
 #: Prompts whose suffix past a cached prefix is at most this many tokens are prefilled together, in
 #: one forward over the batch (a tree branch's last observation, a short tool result): alone, each
@@ -41,42 +42,10 @@ from agentrl.rollout.generators.sampling import hold_stops, sample_next, stop_se
 SHORT_SUFFIX = 64
 
 
-def eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    """Every id that ends an assistant turn: the tokenizer's EOS and the generation config's."""
-    ids: set[int] = set()
-    if tokenizer is not None and tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    config = getattr(model, "generation_config", None)
-    eos = getattr(config, "eos_token_id", None) if config is not None else None
-    if isinstance(eos, int):
-        ids.add(eos)
-    elif eos:
-        ids.update(int(e) for e in eos)
-    return ids
-
-
 def _remap_row(
     on_token: TokenCallback, rows: list[int], row: int, token: int, logprob: float, top: Any
 ) -> bool:
     return on_token(rows[row], token, logprob, top)
-
-
-def sampling_copy(model: Any, dtype: torch.dtype) -> Any:
-    """A frozen copy of ``model`` in ``dtype`` to sample from (a LoRA model is refused: its
-    weights reach a generator merged, under the base model's names). Each parameter is converted on
-    its own, so the copy never holds a second set of weights in the model's dtype (a float32
-    deepcopy first would add 0.5 GiB for SmolLM2 at its peak); tied weights stay tied, gradients are
-    not copied."""
-    import copy
-
-    from agentrl.rollout.model import is_peft
-
-    if is_peft(model):
-        raise GeneratorError(
-            "rollout.sampler_dtype: a LoRA model samples from its live weights; leave sampler_dtype=model"
-        )
-    memo = {id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in model.parameters()}
-    return copy.deepcopy(model, memo).to(dtype).eval().requires_grad_(False)
 
 
 class HFGenerator(Generator):
