@@ -12,11 +12,13 @@ held-out size::
     seeds: [0, 1, 2]
     episodes: 192                         # sampled training episodes per arm (steps x tasks x group)
                                           # (or generated_tokens: N, below)
-    eval_tasks: 128                       # held-out tasks, greedy, the same for every arm
+    eval_tasks: 128                       # held-out tasks, the same for every arm (greedy unless
+                                          # overrides set train.eval_temperature)
     out_dir: runs/studies/igpo_vs_grpo
 
 Per seed the supervised warm-up runs once (``seed-S/warmup``: the base config with ``train.steps=0``)
-and evaluates the first ``eval_tasks`` held-out tasks, greedy. Every method starts from its exported
+and evaluates the first ``eval_tasks`` held-out tasks (greedy, or sampled at ``train.eval_temperature``
+from streams keyed by the task, so every arm's eval draws the same random numbers). Every method starts from its exported
 model (``model.adapter=seed-S/warmup/model``, ``train.sft_warmup_steps=0``), takes that eval as its
 eval before RL (``train.eval_before_from=seed-S/warmup``: one eval per seed, not one per arm; an arm
 whose overrides change how the held-out eval runs, e.g. ``rollout.folding``, evaluates itself), and

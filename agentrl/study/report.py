@@ -1,6 +1,7 @@
 """A study's results from its runs' ``summary.json`` and ``metrics.jsonl``: results.json, report.md, plots.
 
-Per method x seed: held-out success before/after RL (the same ``eval_tasks`` tasks, greedy), tasks
+Per method x seed: held-out success before/after RL (the same ``eval_tasks`` tasks, greedy unless
+the study sets ``train.eval_temperature``: the report says which), tasks
 gained/lost, the paired exact sign test against the baseline arm of the same seed on the same tasks
 (:func:`agentrl.train.trainer.compare_evals`, pooled over seeds too), and the mechanism metrics the
 trainer logs per RL step, aggregated over the run (:func:`mechanism_labels`). Beside success, the held-out
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from agentrl.train.heldout import sign_test_p
 from agentrl.train.trainer import compare_evals
@@ -148,12 +150,16 @@ def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
         base = summaries.get((run.seed, study.baseline))
         tasks = s["eval_tasks"]
         records = rl_records(run.out_dir)
+        resolved_path = run.out_dir / "resolved_config.yaml"
+        resolved = yaml.safe_load(resolved_path.read_text()) if resolved_path.exists() else {}
         row = {
             "method": run.method, "seed": run.seed, "out_dir": str(run.out_dir), "steps": s["steps"],
             # what the arm sampled: episodes and generated tokens (shared tree turns once), from its step metrics
             "episodes": int(sum(r.get("rollout/episodes", 0.0) for r in records)) or study.episodes,
             "generated_tokens": int(sum(r.get("rollout/sampled_tokens", 0.0) for r in records)) or None,
             "eval_tasks": s["eval_episodes"],
+            # 0: greedy; > 0: one sample a task from streams keyed by the task (the same for every arm)
+            "eval_temperature": float(((resolved or {}).get("train") or {}).get("eval_temperature", 0.0)),
             "success_before": s["success_before"], "success_after": s["success_after"],
             "gained": s["gained"], "lost": s["lost"], "p_value": s["p_value"],
             "objective": s["objective"], "mechanisms": mechanisms(records),
@@ -202,6 +208,7 @@ def collect(study: Any, runs: list[Any]) -> dict[str, Any]:
         "study": study.name, "baseline": study.baseline, "seeds": list(study.seeds),
         "episodes_per_arm": study.episodes, "generated_tokens_per_arm": study.generated_tokens,
         "budget": study.budget, "eval_tasks": study.eval_tasks, "base_config": str(study.base),
+        "eval_temperatures": sorted({r["eval_temperature"] for r in per_run}),
         "complete": len(per_run) == expected, "runs_finished": len(per_run), "runs_expected": expected,
         "methods": methods, "runs": per_run,
     }  # fmt: skip
@@ -237,6 +244,16 @@ def _start(row: dict[str, Any]) -> str:
     return _fmt(row["same_start_as_baseline"]) + (f" (own eval: {'; '.join(own)})" if own else "")
 
 
+def eval_wording(temperatures: list[float]) -> str:
+    """How the held-out evals sampled (``train.eval_temperature`` of the finished runs), for the report."""
+    if not temperatures or temperatures == [0.0]:
+        return "greedy, the same for every arm"
+    if len(temperatures) == 1:
+        return (f"sampled at temperature {temperatures[0]:g}, one sample a task from sampling streams keyed by "
+                "the task, the same for every arm")  # fmt: skip
+    return f"evaluated at differing temperatures: {', '.join(f'{t:g}' for t in temperatures)} (0 = greedy)"
+
+
 def report_markdown(results: dict[str, Any]) -> str:
     """report.md: the side-by-side table, then one row per run."""
     methods = results["methods"]
@@ -246,7 +263,7 @@ def report_markdown(results: dict[str, Any]) -> str:
         f"# Study `{results['study']}`" + ("" if results["complete"] else " (incomplete)"),
         "",
         f"Baseline arm: `{results['baseline']}`. Seeds: {results['seeds']}. Budget: "
-        f"{results.get('budget') or str(results['episodes_per_arm']) + ' sampled episodes per arm'}. Held-out tasks: {results['eval_tasks']} (greedy, the same for every arm). "
+        f"{results.get('budget') or str(results['episodes_per_arm']) + ' sampled episodes per arm'}. Held-out tasks: {results['eval_tasks']} ({eval_wording(results.get('eval_temperatures', [0.0]))}). "
         f"Runs finished: {results['runs_finished']}/{results['runs_expected']}. Base config: `{results['base_config']}`.",
         "",
         "| method | overrides | seeds | held-out before | held-out after (per seed) | after, mean | own gain over the warm-up, pooled: gained / lost (p) | vs baseline: gained / lost (pooled) | sign-test p | detectable gain vs baseline | "

@@ -411,6 +411,7 @@ def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tin
     # report.md: one table row per method with the numbers of results.json
     report = (out / "report.md").read_text()
     assert "(incomplete)" not in report
+    assert results["eval_temperatures"] == [0.0] and "Held-out tasks: 3 (greedy, the same for every arm)" in report
     igpo_row = next(
         line for line in report.splitlines() if line.startswith("| `igpo` | `algo.advantage=igpo`")
     )
@@ -478,6 +479,14 @@ def test_the_exported_warm_up_reloads_bit_for_bit_so_its_eval_is_every_arms_eval
     prompt = torch.tensor([[1, 5, 9, 14, 3]])
     outs = [m.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0) for m in (model, loaded)]
     assert torch.equal(outs[0], outs[1])
+
+
+def test_the_report_says_how_the_held_out_evals_sampled():
+    from agentrl.study.report import eval_wording
+
+    assert eval_wording([0.0]) == eval_wording([]) == "greedy, the same for every arm"
+    assert eval_wording([0.6]).startswith("sampled at temperature 0.6, one sample a task")
+    assert eval_wording([0.0, 0.6]) == "evaluated at differing temperatures: 0, 0.6 (0 = greedy)"
 
 
 def test_the_detectable_gain_by_hand():
