@@ -20,20 +20,22 @@ def model(tokenizer):
     return tiny_model(tokenizer, layers=4, hidden=64, seed=0).eval()
 
 
-def block_input(model, ids: list[int], layer: int = 2) -> torch.Tensor:
-    """``[T, H]``: what block ``layer`` receives in one forward over ``ids`` (no cache)."""
+def block_input(model, ids, layer: int = 2, attention=None) -> torch.Tensor:
+    """What block ``layer`` receives in one forward over ``ids`` (no cache): ``[T, H]`` for a list of
+    ids, ``[B, T, H]`` for a ``[B, T]`` tensor (with its ``attention`` mask)."""
     seen = {}
 
     def hook(module, args, kwargs):
         seen["h"] = (args[0] if args else kwargs["hidden_states"]).detach()
 
+    batch = torch.as_tensor(ids if torch.is_tensor(ids) else [ids])
     handle = model.get_decoder().layers[layer].register_forward_pre_hook(hook, with_kwargs=True)
     try:
         with torch.no_grad():
-            model(input_ids=torch.tensor([ids]), use_cache=False)
+            model.get_decoder()(input_ids=batch, attention_mask=attention, use_cache=False)
     finally:
         handle.remove()
-    return seen["h"][0]
+    return seen["h"] if torch.is_tensor(ids) else seen["h"][0]
 
 
 def assert_kept(model, prompt: list[int], out) -> None:

@@ -15,6 +15,7 @@ from agentrl.config import RunConfig
 from agentrl.errors import ConfigError
 from agentrl.train import frozen
 from agentrl.train.learner import Policy, freeze_below
+from tests.rollout.test_hidden import block_input
 
 
 @pytest.fixture(scope="module")
@@ -29,21 +30,6 @@ def tokenizer():
     from agentrl.rollout.model import load_tokenizer
 
     return load_tokenizer("smollm2-135m")
-
-
-def block_input(model, ids, attention, layer):
-    seen = {}
-
-    def hook(module, args, kwargs):
-        seen["h"] = (args[0] if args else kwargs["hidden_states"]).detach()
-
-    handle = model.get_decoder().layers[layer].register_forward_pre_hook(hook, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            model.get_decoder()(input_ids=ids, attention_mask=attention)
-    finally:
-        handle.remove()
-    return seen["h"]
 
 
 @pytest.mark.parametrize(
@@ -73,7 +59,7 @@ def test_starting_at_the_lowest_trained_block_gives_the_full_forwards_logprobs_a
     loss_mask = torch.zeros(ids.shape)
     loss_mask[:, prefix:] = 1
     loss_mask[-1, -5:] = 0
-    start = block_input(four_blocks, ids, attention, layer=2)
+    start = block_input(four_blocks, ids, layer=2, attention=attention)
     results = []
     for given in (None, start):
         four_blocks.zero_grad(set_to_none=True)
