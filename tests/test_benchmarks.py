@@ -166,3 +166,15 @@ def test_run_all_reports_broken_and_missing_benches(tmp_path: Path) -> None:
     assert "| crash | **failed** |" in table and "| gone | **missing** |" in table
     assert "needs GPU" in table
     assert out.with_suffix(".md").read_text().count("\n|") >= 5
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal where no GPU is")
+def test_the_gpu_study_script_refuses_at_once_without_a_gpu() -> None:
+    """benchmarks/gpu_study_empg_webshop.sh (the EMPG-on-WebShop study, GPU only) stops before anything runs,
+    saying why, and writes no records."""
+    dest = BENCH_DIR / "results" / "study_empg_webshop_gpu"
+    proc = subprocess.run(["bash", str(BENCH_DIR / "gpu_study_empg_webshop.sh")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHON": sys.executable}, timeout=120)  # fmt: skip
+    assert proc.returncode == 1
+    assert "no CUDA device here; this study (WebShop, 15 turns, 3 seeds) needs a GPU" in proc.stderr
+    assert not dest.exists() and not (REPO / "runs" / "studies" / "empg_vs_grpo_gpu").exists()
