@@ -226,17 +226,6 @@ def tiny_model(
     return model
 
 
-__all__ = [
-    "BUILTIN_MODELS",
-    "builtin_cache_path",
-    "is_peft",
-    "load_model",
-    "load_tokenizer",
-    "resolve_model_path",
-    "tiny_model",
-]
-
-
 def eos_ids(model: Any, tokenizer: Any) -> set[int]:
     """Every id that ends an assistant turn: the tokenizer's EOS and the generation config's."""
     ids: set[int] = set()
@@ -267,3 +256,16 @@ def sampling_copy(model: Any, dtype: Any) -> Any:
         )
     memo = {id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in model.parameters()}
     return copy.deepcopy(model, memo).to(dtype).eval().requires_grad_(False)
+
+
+__all__ = [
+    "BUILTIN_MODELS",
+    "builtin_cache_path",
+    "eos_ids",
+    "is_peft",
+    "load_model",
+    "load_tokenizer",
+    "resolve_model_path",
+    "sampling_copy",
+    "tiny_model",
+]
