@@ -62,21 +62,14 @@ def _fix_zip_times(path: Path) -> None:
     stamp = _FIXED_DATE.timetuple()[:6]
     with zipfile.ZipFile(path) as src:
         members = [(info, src.read(info)) for info in src.infolist()]
-    fixed_text = _FIXED_DATE.strftime("%Y-%m-%dT%H:%M:%SZ").encode()
-    members = [
-        (
-            info,
-            _CORE_DATES.sub(rb"\g<1>" + fixed_text + rb"\g<2>", data)
-            if info.filename == "docProps/core.xml"
-            else data,
-        )
-        for info, data in members
-    ]
+    core_date = rb"\g<1>" + _FIXED_DATE.strftime("%Y-%m-%dT%H:%M:%SZ").encode() + rb"\g<2>"
     with zipfile.ZipFile(path, "w") as dst:
         for info, data in members:
             fixed = zipfile.ZipInfo(info.filename, date_time=stamp)
             fixed.compress_type = info.compress_type
             fixed.external_attr = info.external_attr
+            if info.filename == "docProps/core.xml":
+                data = _CORE_DATES.sub(core_date, data)
             dst.writestr(fixed, data)
 
 
