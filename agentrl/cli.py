@@ -319,12 +319,17 @@ def study(
     parallel: int = typer.Option(
         1, "--parallel", help="Runs at once (arms wait for their seed's warm-up); e.g. several on one GPU."
     ),
+    reevaluate: list[str] = typer.Option(
+        [], "--reevaluate", help="KEY=VALUE (repeatable): evaluate the finished runs' models again with this "
+        "held-out eval setting (e.g. train.eval_temperature=0.6), no training; report in out_dir/reevaluated/.",
+    ),
 ) -> None:
     """Objectives side by side: `agentrl study CONFIG [key=value ...]` (e.g. seeds=[0] eval_tasks=64).
 
     Per seed one warm-up, then every method from it on the same tasks and sample budget; finished
     runs are skipped on a re-run. Writes results.json, report.md and plots to the study's out_dir."""
-    raise typer.Exit(study_main(str(config), list(ctx.args), max_runs=max_runs, parallel=parallel))
+    raise typer.Exit(study_main(str(config), list(ctx.args), max_runs=max_runs, parallel=parallel,
+                                reevaluate=reevaluate))
 
 
 @app.command("eval")
@@ -492,11 +497,13 @@ def train_main(config_path: str | Path | None, overrides: list[str] | None = Non
 
 
 def study_main(config_path: str, overrides: list[str] | None = None, *, max_runs: int | None = None,
-               parallel: int = 1) -> int:  # fmt: skip
-    """``agentrl study CONFIG [key=value ...]``: 0 done (or stopped by ``max_runs``), 2 bad config, 1 failed run."""
+               parallel: int = 1, reevaluate: list[str] | None = None) -> int:  # fmt: skip
+    """``agentrl study CONFIG [key=value ...]``: 0 done (or stopped by ``max_runs``), 2 bad config, 1 failed run.
+    With ``reevaluate``: the finished runs' models evaluated again (:mod:`agentrl.study.reevaluate`)."""
     from rich.console import Console
 
     from agentrl.study.orchestrator import load_study, run_study
+    from agentrl.study.reevaluate import run_reevaluation
 
     console = Console(stderr=True)
     try:
@@ -505,14 +512,18 @@ def study_main(config_path: str, overrides: list[str] | None = None, *, max_runs
         console.print(f"[red]study config error:[/red] {exc}")
         return 2
     try:
-        results = run_study(study, max_runs=max_runs, parallel=parallel)
+        if reevaluate:
+            results = run_reevaluation(study, reevaluate, max_runs=max_runs, parallel=parallel)
+            out_dir = Path(results["out_dir"])
+        else:
+            results, out_dir = run_study(study, max_runs=max_runs, parallel=parallel), study.out_dir
     except ConfigError as exc:  # finished runs the study now sets otherwise (check_finished), before any run
         console.print(f"[red]study config error:[/red] {exc}")
         return 2
     except AgentRLError as exc:
         console.print(f"[red]study failed:[/red] {exc}")
         return 1
-    print((study.out_dir / "report.md").read_text() if results["complete"] else "study not complete yet")
+    print((out_dir / "report.md").read_text() if results["complete"] else "study not complete yet")
     return 0
 
 

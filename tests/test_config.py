@@ -48,6 +48,7 @@ def test_a_mapping_given_to_a_field_replaces_it_a_section_mapping_merges(tmp_pat
         ("train.sft_fold_share=0.5", "train.fold_oracle", "FoldingSearchOracle"),
         ("rollout.prefix_cache_tokens=-1", "rollout.prefix_cache_tokens", "(0 = off)"),
         ("rollout.sampler_dtype=float16", "rollout.sampler_dtype", "bfloat16"),
+        ("train.eval_temperature=-0.5", "train.eval_temperature", "use 0 for greedy held-out evals"),
     ],
 )
 def test_bad_values_name_the_field_and_the_fix(override, field, fix):

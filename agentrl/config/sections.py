@@ -406,6 +406,9 @@ class TrainConfig:
         if not 0.0 <= self.eval_max_failed <= 1.0:
             raise ConfigError(f"{prefix}.eval_max_failed", f"must be in [0, 1], got {self.eval_max_failed}",
                               "use the share of held-out episodes that may crash (0: none)")  # fmt: skip
+        if not self.eval_temperature >= 0:
+            raise ConfigError(f"{prefix}.eval_temperature", f"must be >= 0, got {self.eval_temperature}",
+                              "use 0 for greedy held-out evals, or the training temperature (e.g. 0.6) to sample")  # fmt: skip
         if self.ppo_epochs < 1:
             raise ConfigError(f"{prefix}.ppo_epochs", f"must be >= 1, got {self.ppo_epochs}")
         if self.kernel_cache < 0:

@@ -433,6 +433,31 @@ def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tin
     assert json.loads((moved / "results.json").read_text())["runs"] == [
         {**r, "out_dir": r["out_dir"].replace(str(out), str(moved))} for r in results["runs"]
     ]
+    # the finished study's models evaluated again, sampled at 0.7, without training: one eval-only run
+    # per model, each arm paired with its warm-up's model evaluated the same way
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    reeval = agentrl("study", str(config), "--reevaluate", "train.eval_temperature=0.7")
+    assert reeval.returncode == 0, reeval.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # the study's own folder is only read
+    where = out / "reevaluated" / "eval_temperature-0.7"
+    assert "re-evaluating 2 arm(s) with train.eval_temperature=0.7: 3 evals (0 finished, 3 to run)" in reeval.stdout
+    again = json.loads((where / "results.json").read_text())
+    assert again["complete"] is True and again["eval_temperatures"] == [0.7]
+    assert "sampled at temperature 0.7" in (where / "report.md").read_text()
+    evals = {m: json.loads((where / "evals" / "seed-0" / m / "summary.json").read_text()) for m in ("warmup", "grpo", "igpo")}
+    for method in ("grpo", "igpo"):
+        row = next(r for r in again["runs"] if r["method"] == method)
+        expected = compare_evals(evals["warmup"]["eval_tasks"]["before"], evals[method]["eval_tasks"]["before"])
+        assert (row["success_before"], row["success_after"], row["gained"], row["lost"]) == (
+            expected["success_before"], expected["success_after"], expected["gained"], expected["lost"])
+        assert row["steps"] == 2 and row["mechanisms"] == runs[method]["mechanisms"]  # the training it had
+        resolved = yaml.safe_load((where / "evals" / "seed-0" / method / "resolved_config.yaml").read_text())
+        assert resolved["model"]["adapter"] == str(out / "seed-0" / method / "model")
+        assert resolved["train"]["steps"] == 0 and resolved["train"]["eval_temperature"] == 0.7
+        assert not (where / "evals" / "seed-0" / method / "model").exists()  # the evaluated model is not copied
+    # a re-run skips the finished evals
+    rerun = agentrl("study", str(config), "--reevaluate", "train.eval_temperature=0.7")
+    assert rerun.returncode == 0 and "3 evals (3 finished, 0 to run)" in rerun.stdout
 
 
 @pytest.mark.slow
