@@ -8,13 +8,13 @@ import json
 
 import pytest
 import yaml
+from test_study import agentrl, write_study
 
 from agentrl.config import to_dict
 from agentrl.errors import ConfigError
 from agentrl.study.orchestrator import _run_config, load_study, plan
 from agentrl.study.reevaluate import check_settings, compose, folder_name, plan_reevaluation
 from agentrl.study.report import write_results
-from test_study import agentrl, write_study
 
 
 def finish(study, run, *, bf16: bool = False, tasks: dict[str, float] | None = None) -> None:
