@@ -53,7 +53,9 @@ REPLACED = {"train.out_dir", "train.steps", "train.token_budget", "train.eval_be
 def check_settings(settings: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """``--reevaluate`` values: each ``key=value`` of a held-out eval setting (a ConfigError otherwise)."""
     if not settings:
-        raise ConfigError("--reevaluate", "needs at least one KEY=VALUE", "e.g. --reevaluate train.eval_temperature=0.6")
+        raise ConfigError(
+            "--reevaluate", "needs at least one KEY=VALUE", "e.g. --reevaluate train.eval_temperature=0.6"
+        )
     for item in settings:
         key, eq, _ = item.partition("=")
         if not eq:
@@ -110,7 +112,9 @@ def _precision(source: Run) -> tuple[str, ...]:
     return tuple(given)
 
 
-def eval_run(source: Run, model_from: Run, out_dir: Path, method: str | None, settings: tuple[str, ...]) -> Run:
+def eval_run(
+    source: Run, model_from: Run, out_dir: Path, method: str | None, settings: tuple[str, ...]
+) -> Run:
     """An eval-only run of ``model_from``'s exported model with ``source``'s overrides, the precision
     ``source`` resolved, then ``settings``."""
     own = tuple(o for o in source.overrides if o.partition("=")[0].strip() not in REPLACED)
@@ -142,7 +146,9 @@ def plan_reevaluation(study: StudyConfig, settings: list[str] | tuple[str, ...])
             after = eval_run(arm, arm, evals_dir / f"seed-{seed}" / method.name, method.name, settings)
             before = warm_eval
             if arm.own_eval:  # it evaluates otherwise than the warm-up: the warm-up model its way
-                before = eval_run(arm, warm, evals_dir / f"seed-{seed}" / f"{method.name}-before", method.name, settings)
+                before = eval_run(
+                    arm, warm, evals_dir / f"seed-{seed}" / f"{method.name}-before", method.name, settings
+                )
                 evals.append(before)
             evals.append(after)
             arms.append((arm, before, after))
@@ -185,7 +191,9 @@ def compose(arm: Run, before: Run, after: Run, out_dir: Path) -> Run:
                 if record.get("step", 0) >= 1 and "env/reward" in record:
                     records.append({k: v for k, v in record.items() if not k.startswith("eval/")})
     failed = [*_failed_counts(before.out_dir)[:1], *_failed_counts(after.out_dir)[:1]]
-    records += [{"step": 0 if i == 0 else summary.get("steps", 0), "eval/failed": f} for i, f in enumerate(failed)]
+    records += [
+        {"step": 0 if i == 0 else summary.get("steps", 0), "eval/failed": f} for i, f in enumerate(failed)
+    ]
     (out_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     shutil.copyfile(after.out_dir / "resolved_config.yaml", out_dir / "resolved_config.yaml")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))  # last: marks it finished
@@ -234,7 +242,8 @@ def run_reevaluation(study: StudyConfig, settings: list[str] | tuple[str, ...], 
     with progress.phase("re-evaluation", len(chosen), unit="eval") as phase:
 
         def finished(run: Run) -> None:
-            shutil.rmtree(run.out_dir / "model", ignore_errors=True)  # the evaluated model, unchanged: not kept twice
+            # the evaluated model, unchanged: not kept twice
+            shutil.rmtree(run.out_dir / "model", ignore_errors=True)
             summary = json.loads((run.out_dir / "summary.json").read_text())
             phase.advance(run=f"seed{run.seed}/{run.out_dir.name}", success=float(summary["success_before"]))
             report()
@@ -259,4 +268,12 @@ def _model(run: Run) -> str:
     return next((o.partition("=")[2] for o in reversed(run.overrides) if o.startswith("model.adapter=")), "?")
 
 
-__all__ = ["ALLOWED", "Plan", "check_settings", "compose", "folder_name", "plan_reevaluation", "run_reevaluation"]
+__all__ = [
+    "ALLOWED",
+    "Plan",
+    "check_settings",
+    "compose",
+    "folder_name",
+    "plan_reevaluation",
+    "run_reevaluation",
+]
