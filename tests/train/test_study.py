@@ -436,6 +436,7 @@ def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tin
     # the finished study's models evaluated again, sampled at 0.7, without training: one eval-only run
     # per model, each arm paired with its warm-up's model evaluated the same way
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    config = write_study(tmp_path, model=str(tiny_model_dir))  # the study in `out` again (not the moved copy)
     reeval = agentrl("study", str(config), "--reevaluate", "train.eval_temperature=0.7")
     assert reeval.returncode == 0, reeval.stderr[-3000:]
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # the study's own folder is only read
