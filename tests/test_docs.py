@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from processes import dies_with_tests
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -183,7 +184,7 @@ def test_documented_snippet_runs(block: Block, tmp_path: Path, request: pytest.F
     server = None
     if "server" in block.marker:
         command = block.marker["server"].replace("8000", str(port))
-        server = subprocess.Popen(shlex.split(command), cwd=work, env=env, stdout=subprocess.DEVNULL,
+        server = subprocess.Popen(dies_with_tests(shlex.split(command)), cwd=work, env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         if server is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from processes import dies_with_tests
 
 from agentrl.rollout.generators.base import SamplingParams
 from agentrl.rollout.generators.hf import HFGenerator
@@ -20,7 +21,7 @@ def test_agentrl_serve_subprocess_with_a_tiny_model(tiny, tokenizer, tmp_path):
     tokenizer.save_pretrained(model_dir)
     port = _free_port()
     proc = subprocess.Popen(
-        [CLI, "serve", "--model", str(model_dir), "--port", str(port)],
+        dies_with_tests([CLI, "serve", "--model", str(model_dir), "--port", str(port)]),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -57,7 +58,7 @@ def test_agentrl_serve_lists_a_lora_adapter_under_its_folder_name(tiny, tokenize
     peft_model.save_pretrained(adapter_dir)
     port = _free_port()
     proc = subprocess.Popen(
-        [CLI, "serve", "--model", str(model_dir), "--adapter", str(adapter_dir), "--port", str(port)],
+        dies_with_tests([CLI, "serve", "--model", str(model_dir), "--adapter", str(adapter_dir), "--port", str(port)]),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -98,7 +99,7 @@ def test_a_served_run_model_evaluates_with_openai_and_chat_without_renaming(tiny
     tokenizer.save_pretrained(run_model)
     port = _free_port()
     proc = subprocess.Popen(
-        [CLI, "serve", "--model", str(base_dir), "--adapter", str(run_model), "--port", str(port)],
+        dies_with_tests([CLI, "serve", "--model", str(base_dir), "--adapter", str(run_model), "--port", str(port)]),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -131,7 +132,7 @@ def test_agentrl_serve_dtype_auto_says_what_it_measured_and_serves_in_it(tiny, t
     tiny.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     port = _free_port()
-    proc = subprocess.Popen([CLI, "serve", "--model", str(model_dir), "--port", str(port), "--dtype", "auto"],
+    proc = subprocess.Popen(dies_with_tests([CLI, "serve", "--model", str(model_dir), "--port", str(port), "--dtype", "auto"]),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
         _wait(proc, port, timeout=120)

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from processes import dies_with_tests
 
 from agentrl.errors import ConfigError
 from agentrl.serve.vllm_server import vllm_command
@@ -93,7 +94,7 @@ def test_cli_engine_vllm_without_vllm_fails_clearly():
 def test_agentrl_serve_builtin_model_with_the_openai_client():
     port = _free_port()
     proc = subprocess.Popen(
-        [CLI, "serve", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        dies_with_tests([CLI, "serve", "--port", str(port)]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
         _wait(proc, port, timeout=300)
@@ -127,7 +128,7 @@ def test_engine_vllm_serves_streaming_and_tool_calls_on_a_gpu():
     pytest.importorskip("vllm")
     port = _free_port()
     proc = subprocess.Popen(
-        [CLI, "serve", "--engine", "vllm", "--port", str(port), "--vllm-arg=--gpu-memory-utilization=0.3"],
+        dies_with_tests([CLI, "serve", "--engine", "vllm", "--port", str(port), "--vllm-arg=--gpu-memory-utilization=0.3"]),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from test_train_cli import QUICKSTART, SHORT, agentrl_train
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the rollout test package's root
+from processes import dies_with_tests
 from rollout.test_serve_engines import CLI, _free_port, _wait  # noqa: E402
 
 
@@ -36,7 +37,7 @@ def test_trained_model_is_served_and_evaluated_through_the_chat_agent(tiny_model
 
     port = _free_port()
     server = subprocess.Popen(
-        [CLI, "serve", "--model", str(tiny_model_dir), "--adapter", str(model_dir), "--port", str(port)],
+        dies_with_tests([CLI, "serve", "--model", str(tiny_model_dir), "--adapter", str(model_dir), "--port", str(port)]),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
