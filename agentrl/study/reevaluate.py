@@ -43,8 +43,9 @@ from agentrl.study.orchestrator import (
     this_sitting,
 )
 
-# what a re-evaluation may change: how the held-out eval runs, not which model is evaluated
-ALLOWED = tuple(k for k in EVAL_SETTINGS if k != "model.name")
+# what a re-evaluation may change: how the held-out eval runs (not which model is evaluated), and how
+# many held-out tasks it runs (the first N: more tasks, more power to tell the arms apart)
+ALLOWED = (*(k for k in EVAL_SETTINGS if k != "model.name"), "train.eval_episodes")
 # keys of a study run's own overrides an eval-only run sets itself
 REPLACED = {"train.out_dir", "train.steps", "train.token_budget", "train.eval_before_from", "model.adapter",
             "train.sft_warmup_steps"}  # fmt: skip
@@ -89,8 +90,9 @@ class Plan:
 
     def view(self, study: StudyConfig) -> StudyConfig:
         """The study as re-evaluated: its report goes to this plan's folder."""
+        tasks = [int(s.partition("=")[2]) for s in self.settings if s.startswith("train.eval_episodes=")]
         return dataclasses.replace(study, name=f"{study.name}, re-evaluated with {' '.join(self.settings)}",
-                                   out_dir=self.out_dir)  # fmt: skip
+                                   out_dir=self.out_dir, eval_tasks=tasks[-1] if tasks else study.eval_tasks)  # fmt: skip
 
     def evals_study(self, study: StudyConfig) -> StudyConfig:
         """The study with its run folders under ``evals/``: the eval-only runs' layout (a seed's

@@ -78,6 +78,11 @@ def test_every_finished_run_gets_an_eval_of_its_own_model_in_its_own_way(tmp_pat
     assert "rollout.folding" not in by_dir["warmup"] and "rollout.folding" not in by_dir["grpo"]
     assert [(arm.method, before.out_dir.name, after.out_dir.name) for arm, before, after in p.arms] == [
         ("grpo", "warmup", "grpo"), ("folding", "folding-before", "folding")]
+    # more held-out tasks than the study evaluated: the first 5, for every model
+    more = plan_reevaluation(study, ["train.eval_episodes=5"])
+    assert more.out_dir.name == "eval_episodes-5"
+    assert {key_values(r.overrides)["train.eval_episodes"] for r in more.evals} == {"5"}
+    assert more.view(study).eval_tasks == 5 and p.view(study).eval_tasks == 3  # what the report says
     # a setting that makes a run's config invalid fails here, naming the run
     with pytest.raises(ConfigError) as info:
         plan_reevaluation(study, ["train.eval_temperature=-1"])
