@@ -15,8 +15,8 @@ and per arm ``seed-S/<method>/`` the arm as re-evaluated (``summary.json``: the 
 the trainer's sign test, plus the run's steps and objective; ``metrics.jsonl``: the run's RL steps and
 the two evals' failed counts; the eval's ``resolved_config.yaml``), from which the study's report is
 written as for the study itself (results.json, report.md, plots). An eval-only run's exported model
-(the evaluated one, unchanged) is removed. The study's own folder is read, never changed. Finished evals are skipped on a re-run; unfinished runs of the study are left out and
-named."""
+(the evaluated one, unchanged) is removed. The study's own folder is read, never changed. Finished evals are skipped on a re-run; runs of the study that did not finish, or whose exported
+model is gone, are left out and named."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ class Plan:
     out_dir: Path
     evals: list[Run]  # eval-only runs in order (per seed: the warm-up's model first)
     arms: list[tuple[Run, Run, Run]]  # (the study's arm, its eval before RL, its eval after RL)
-    left_out: list[Run]  # the study's unfinished runs
+    left_out: list[tuple[Run, str]]  # the study's runs it cannot evaluate, and why
     settings: tuple[str, ...]
 
     def view(self, study: StudyConfig) -> StudyConfig:
@@ -125,6 +125,15 @@ def eval_run(
     return Run(source.seed, method, out_dir, (*own, *_precision(source), *settings, *forced))
 
 
+def _unusable(run: Run) -> str:
+    """Why a study run's model cannot be re-evaluated ("" when it can)."""
+    if not run.finished:
+        return f"not finished in {run.out_dir}"
+    if not (run.out_dir / "model").is_dir():
+        return f"its exported model {run.out_dir / 'model'} is gone (records kept without the model?)"
+    return ""
+
+
 def plan_reevaluation(study: StudyConfig, settings: list[str] | tuple[str, ...]) -> Plan:
     """The eval-only runs for every finished run of the study (each config validated)."""
     settings = check_settings(settings)
@@ -134,16 +143,16 @@ def plan_reevaluation(study: StudyConfig, settings: list[str] | tuple[str, ...])
     evals_dir = out / "evals"
     evals: list[Run] = []
     arms: list[tuple[Run, Run, Run]] = []
-    left_out = [r for r in runs if not r.finished]
+    left_out = [(r, why) for r in runs if (why := _unusable(r))]
     for seed in study.seeds:
         warm = study.warmup(seed)
-        if not warm.finished:
+        if _unusable(warm):
             continue
         warm_eval = eval_run(warm, warm, evals_dir / f"seed-{seed}" / "warmup", None, settings)
         evals.append(warm_eval)
         for method in study.methods:
             arm = next(r for r in runs if r.seed == seed and r.method == method.name)
-            if not arm.finished:
+            if _unusable(arm):
                 continue
             after = eval_run(arm, arm, evals_dir / f"seed-{seed}" / method.name, method.name, settings)
             before = warm_eval
@@ -219,15 +228,15 @@ def run_reevaluation(study: StudyConfig, settings: list[str] | tuple[str, ...], 
     described = {"study": str(study.out_dir), "settings": list(p.settings),
                  "evals": [{"seed": r.seed, "method": r.method or "warmup", "out_dir": str(r.out_dir),
                             "overrides": list(r.overrides)} for r in p.evals],
-                 "left_out": [r.label for r in p.left_out]}  # fmt: skip
+                 "left_out": [f"{r.label}: {why}" for r, why in p.left_out]}  # fmt: skip
     (p.out_dir / "reevaluation.yaml").write_text(yaml.safe_dump(described, sort_keys=False))
     progress = RunProgress(p.out_dir, append=True)
     todo = [r for r in p.evals if not r.finished]
     chosen, cut = this_sitting(todo, max_runs)
     progress.print(f"study {study.name}: re-evaluating {len(p.arms)} arm(s) with {' '.join(p.settings)}: "
                    f"{len(p.evals)} evals ({len(p.evals) - len(todo)} finished, {len(todo)} to run) -> {p.out_dir}")  # fmt: skip
-    for run in p.left_out:
-        progress.line(f"study: {run.label}: not finished in {study.out_dir}, left out of the re-evaluation")
+    for run, why in p.left_out:
+        progress.line(f"study: {run.label}: {why}, left out of the re-evaluation")
     evals_study, view = p.evals_study(study), p.view(study)
     arm_views: list[Run] = []
 

@@ -24,6 +24,7 @@ def finish(study, run, *, bf16: bool = False, tasks: dict[str, float] | None = N
     resolved["train"]["bf16_autocast"] = bf16
     resolved["train"]["eval_sampler_dtype"] = "bfloat16" if bf16 else "model"
     (run.out_dir / "resolved_config.yaml").write_text(yaml.safe_dump(resolved))
+    (run.out_dir / "model").mkdir(exist_ok=True)  # its exported model (its contents are not read here)
     tasks = tasks or {"t0": 1.0, "t1": 0.0}
     summary = {"steps": run.steps, "objective": {"advantage": "x"}, "eval_tasks": {"before": tasks, "after": tasks}}
     (run.out_dir / "summary.json").write_text(json.dumps(summary))
@@ -52,15 +53,18 @@ def test_every_finished_run_gets_an_eval_of_its_own_model_in_its_own_way(tmp_pat
     study = load_study(write_study(tmp_path, seeds=[0, 1], methods={"grpo": {}, "igpo": {"algo.advantage": "igpo"},
                                                                     "folding": folding}))  # fmt: skip
     runs = {(r.seed, r.method): r for r in plan(study)}
-    for key in ((0, None), (0, "grpo"), (0, "folding"), (1, None)):  # seed 0's igpo and seed 1's arms did not finish
+    for key in ((0, None), (0, "grpo"), (0, "folding"), (1, None), (1, "igpo")):  # the others did not finish
         finish(study, runs[key], bf16=key[1] == "grpo")
+    (runs[(1, "igpo")].out_dir / "model").rmdir()  # finished, but its model was not kept
     p = plan_reevaluation(study, ["train.eval_temperature=0.6"])
     evals = tmp_path / "study" / "reevaluated" / "eval_temperature-0.6" / "evals"
     assert p.out_dir == evals.parent
     assert [r.out_dir for r in p.evals] == [evals / "seed-0" / "warmup", evals / "seed-0" / "grpo",
                                             evals / "seed-0" / "folding-before", evals / "seed-0" / "folding",
                                             evals / "seed-1" / "warmup"]  # fmt: skip
-    assert {r.label for r in p.left_out} == {"seed 0 igpo", "seed 1 grpo", "seed 1 igpo", "seed 1 folding"}
+    why = {r.label: why for r, why in p.left_out}
+    assert set(why) == {"seed 0 igpo", "seed 1 grpo", "seed 1 igpo", "seed 1 folding"}
+    assert why["seed 0 igpo"].startswith("not finished") and "exported model" in why["seed 1 igpo"]
     by_dir = {r.out_dir.name: key_values(r.overrides) for r in p.evals if r.seed == 0}
     model = {name: str(runs[(0, m)].out_dir / "model") for name, m in
              (("warmup", None), ("grpo", "grpo"), ("folding-before", None), ("folding", "folding"))}  # fmt: skip
