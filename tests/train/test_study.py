@@ -445,6 +445,8 @@ def test_a_two_arm_study_runs_end_to_end_and_resumes_without_repeating_a_run(tin
     again = json.loads((where / "results.json").read_text())
     assert again["complete"] is True and again["eval_temperatures"] == [0.7]
     assert "sampled at temperature 0.7" in (where / "report.md").read_text()
+    assert f"Re-evaluated from `{out}` with `train.eval_temperature=0.7` (no training)." in (where / "report.md").read_text()
+    assert again["reevaluated"] == {"study": str(out), "settings": ["train.eval_temperature=0.7"], "left_out": []}
     evals = {m: json.loads((where / "evals" / "seed-0" / m / "summary.json").read_text()) for m in ("warmup", "grpo", "igpo")}
     for method in ("grpo", "igpo"):
         row = next(r for r in again["runs"] if r["method"] == method)
