@@ -15,8 +15,10 @@ and per arm ``seed-S/<method>/`` the arm as re-evaluated (``summary.json``: the 
 the trainer's sign test, plus the run's steps and objective; ``metrics.jsonl``: the run's RL steps and
 the two evals' failed counts; the eval's ``resolved_config.yaml``), from which the study's report is
 written as for the study itself (results.json, report.md, plots). An eval-only run's exported model
-(the evaluated one, unchanged) is removed. The study's own folder is read, never changed. Finished evals are skipped on a re-run; runs of the study that did not finish, or whose exported
-model is gone, are left out and named."""
+(the evaluated one, unchanged) is removed. The study's own folder is read, never changed. Finished
+evals are skipped on a re-run (one older than the run whose model it evaluated, since re-run, stops the
+re-evaluation before anything runs); runs of the study that did not finish, or whose exported model is
+gone, are left out and named."""
 
 from __future__ import annotations
 
@@ -165,7 +167,18 @@ def plan_reevaluation(study: StudyConfig, settings: list[str] | tuple[str, ...])
             arms.append((arm, before, after))
     for run in evals:
         _run_config(study, run, f"--reevaluate ({run.label})")
+    stale = [str(r.out_dir) for r in evals if r.finished and _older_than_its_model(r)]
+    if stale:
+        raise ConfigError("--reevaluate", f"finished evals older than the runs whose models they evaluated "
+                          f"(those runs ran again since): {', '.join(stale)}",
+                          "delete those eval folders to evaluate the new models")  # fmt: skip
     return Plan(out, evals, arms, left_out, settings)
+
+
+def _older_than_its_model(run: Run) -> bool:
+    """An eval-only run that finished before the run whose model it evaluated finished."""
+    source = Path(_model(run)).parent / "summary.json"
+    return source.exists() and source.stat().st_mtime > (run.out_dir / "summary.json").stat().st_mtime
 
 
 def _failed_counts(run_dir: Path) -> list[float]:

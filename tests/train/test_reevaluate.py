@@ -5,6 +5,7 @@ The end-to-end path (a tiny-model study re-evaluated through the CLI) is in test
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
@@ -87,6 +88,14 @@ def test_every_finished_run_gets_an_eval_of_its_own_model_in_its_own_way(tmp_pat
     assert more.out_dir.name == "eval_episodes-5"
     assert {key_values(r.overrides)["train.eval_episodes"] for r in more.evals} == {"5"}
     assert more.view(study).eval_tasks == 5 and p.view(study).eval_tasks == 3  # what the report says
+    # an eval that finished before its model's run ran again stops the re-evaluation, naming it
+    finish(study, p.evals[1])  # seed 0 grpo's eval
+    os.utime(p.evals[1].out_dir / "summary.json", (1, 1))
+    with pytest.raises(ConfigError) as info:
+        plan_reevaluation(study, ["train.eval_temperature=0.6"])
+    assert str(p.evals[1].out_dir) in info.value.problem and "delete those eval folders" in info.value.fix
+    os.utime(p.evals[1].out_dir / "summary.json")  # now newer than the run: kept
+    assert plan_reevaluation(study, ["train.eval_temperature=0.6"]).evals[1].finished
     # a setting that makes a run's config invalid fails here, naming the run
     with pytest.raises(ConfigError) as info:
         plan_reevaluation(study, ["train.eval_temperature=-1"])
