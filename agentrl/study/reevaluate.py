@@ -271,22 +271,23 @@ def run_reevaluation(study: StudyConfig, settings: list[str] | tuple[str, ...], 
         report_md.write_text(report_md.read_text() + "\n" + "\n".join(lines) + "\n")
         return results
 
-    with progress.phase("re-evaluation", len(chosen), unit="eval") as phase:
+    if chosen:
+        with progress.phase("re-evaluation", len(chosen), unit="eval") as phase:
 
-        def finished(run: Run) -> None:
-            # the evaluated model, unchanged: not kept twice
-            shutil.rmtree(run.out_dir / "model", ignore_errors=True)
-            summary = json.loads((run.out_dir / "summary.json").read_text())
-            phase.advance(run=f"seed{run.seed}/{run.out_dir.name}", success=float(summary["success_before"]))
-            report()
+            def finished(run: Run) -> None:
+                # the evaluated model, unchanged: not kept twice
+                shutil.rmtree(run.out_dir / "model", ignore_errors=True)
+                summary = json.loads((run.out_dir / "summary.json").read_text())
+                phase.advance(run=f"seed{run.seed}/{run.out_dir.name}", success=float(summary["success_before"]))
+                report()
 
-        if parallel == 1:
-            for run in chosen:
-                progress.line(f"study: {run.label}: evaluating {_model(run)} -> {run.out_dir}")
-                run_one(evals_study, run, progress)
-                finished(run)
-        else:
-            run_parallel(evals_study, chosen, parallel, progress, finished)
+            if parallel == 1:
+                for run in chosen:
+                    progress.line(f"study: {run.label}: evaluating {_model(run)} -> {run.out_dir}")
+                    run_one(evals_study, run, progress)
+                    finished(run)
+            else:
+                run_parallel(evals_study, chosen, parallel, progress, finished)
     if cut:
         progress.line("study: stopped (--max-runs); re-run to continue")
     results = report()
