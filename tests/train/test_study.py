@@ -589,6 +589,20 @@ def test_a_folding_arm_evaluates_itself_before_rl_in_its_own_mode(tiny_model_dir
     row = json.loads((out / "results.json").read_text())["runs"][0]
     assert row["method"] == "folding" and row["own_eval_before"] == [why]
     assert f"(own eval: {why})" in (out / "report.md").read_text()
+    # re-evaluated: the folding arm's eval before RL is the warm-up's model evaluated in folding mode; the
+    # ReAct arm (not run: --max-runs 1) is left out and named
+    reeval = agentrl("study", str(config), "--reevaluate", "train.eval_temperature=0.7")
+    assert reeval.returncode == 0, reeval.stderr[-3000:]
+    where = out / "reevaluated" / "eval_temperature-0.7"
+    assert "study: seed 0 react: not finished in" in reeval.stdout
+    before = yaml.safe_load((where / "evals" / "seed-0" / "folding-before" / "resolved_config.yaml").read_text())
+    assert before["rollout"]["folding"] == "branch" and before["model"]["adapter"] == str(out / "seed-0" / "warmup" / "model")
+    evals = {n: json.loads((where / "evals" / "seed-0" / n / "summary.json").read_text())["eval_tasks"]["before"]
+             for n in ("warmup", "folding-before", "folding")}  # fmt: skip
+    arm = json.loads((where / "seed-0" / "folding" / "summary.json").read_text())
+    assert arm["eval_tasks"] == {"before": evals["folding-before"], "after": evals["folding"]}
+    results = json.loads((where / "results.json").read_text())
+    assert [r["method"] for r in results["runs"]] == ["folding"] and results["reevaluated"]["left_out"][0].startswith("seed 0 react")
 
 
 @pytest.mark.slow
