@@ -578,6 +578,10 @@ def serve(
         f"http://{host}:{port}/v1",
         flush=True,
     )
+    if dtype == "bfloat16":  # measured: docs/results/2026-11-29-serving.md (nineteenth session)
+        print("agentrl serve: in bfloat16 a greedy completion depends on which requests share its batch (and on the "
+              "prefix cache), so it is not repeatable; serve in float32 (the default) for repeatable evaluations",
+              flush=True)  # fmt: skip
     uvicorn.Server(uvicorn.Config(app, log_level="info", lifespan="on")).run(
         sockets=[listen_socket(host, port)]
     )

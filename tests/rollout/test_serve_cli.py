@@ -147,6 +147,26 @@ def test_agentrl_serve_dtype_auto_says_what_it_measured_and_serves_in_it(tiny, t
     bf16 = said.group(1) == "bfloat16"
     # the probe's reason, as train prints it: "bf16 1.59x faster than float32" only where it chose bf16
     assert bool(re.fullmatch(r"bf16 [\d.]+x faster than float32", said.group(2))) == bf16, said.group(2)
+    assert ("so it is not repeatable; serve in float32" in out) == bf16  # said only when it serves in bfloat16
     local_model = copy.deepcopy(tiny).to(torch.bfloat16 if bf16 else torch.float32)
     local = HFGenerator(local_model, tokenizer).generate(prompts, sampling)
     assert remote[0].ids == local[0].ids
+
+
+@pytest.mark.slow
+def test_agentrl_serve_in_bfloat16_says_its_completions_are_not_repeatable(tiny, tokenizer, tmp_path):
+    """`--dtype bfloat16`: the start says that a completion then depends on its batch (measured: 15 of 24
+    completions differed alone and in a batch of 8, none in float32), and how to serve repeatably."""
+    model_dir = tmp_path / "tiny"
+    tiny.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    port = _free_port()
+    proc = subprocess.Popen(dies_with_tests([CLI, "serve", "--model", str(model_dir), "--port", str(port), "--dtype", "bfloat16"]),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        _wait(proc, port, timeout=120)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert "dtype=bfloat16 served as" in out, out[-2000:]
+    assert "depends on which requests share its batch" in out and "serve in float32 (the default)" in out
