@@ -373,14 +373,18 @@ def inherited_precision(study: StudyConfig, run: Run) -> tuple[str, ...]:
     if run.method is None:
         return ()
     config = _run_config(study, run, "study")
-    resolved_path = study.warmup(run.seed).out_dir / "resolved_config.yaml"
-    resolved = yaml.safe_load(resolved_path.read_text()) if resolved_path.exists() else None
+    auto = [key for key in RESOLVED_AT_START if getattr(getattr(config, key.split(".")[0]), key.split(".")[1]) == "auto"]
+    return resolved_precision(study.warmup(run.seed).out_dir, auto)
+
+
+def resolved_precision(run_dir: Path, keys: Any = RESOLVED_AT_START) -> tuple[str, ...]:
+    """``keys`` (of :data:`RESOLVED_AT_START`) as the run in ``run_dir`` resolved them at its start
+    (its ``resolved_config.yaml``), as ``key=value`` overrides; none where it has not run or left them ``auto``."""
+    resolved_path = run_dir / "resolved_config.yaml"
+    resolved = (yaml.safe_load(resolved_path.read_text()) if resolved_path.exists() else None) or {}
     given = []
-    for key in RESOLVED_AT_START:
-        section, name = key.split(".")
-        if getattr(getattr(config, section), name) != "auto":
-            continue
-        value = _leaf(resolved or {}, key)
+    for key in keys:
+        value = _leaf(resolved, key)
         if isinstance(value, bool):
             given.append(f"{key}={str(value).lower()}")
         elif isinstance(value, str) and value != "auto":
@@ -588,4 +592,5 @@ def _describe(study: StudyConfig, runs: list[Run]) -> dict[str, Any]:
 
 
 __all__ = ["Method", "Run", "StudyConfig", "changed_settings", "check_finished", "child_env", "load_study",
-           "other_finished_seeds", "plan", "pooling_hint", "run_parallel", "run_study", "this_sitting"]
+           "other_finished_seeds", "plan", "pooling_hint", "resolved_precision", "run_parallel", "run_study",
+           "this_sitting"]

@@ -33,13 +33,12 @@ import yaml
 from agentrl.config import EVAL_SETTINGS, parse_overrides
 from agentrl.errors import ConfigError
 from agentrl.study.orchestrator import (
-    RESOLVED_AT_START,
     Run,
     StudyConfig,
-    _leaf,
     _run_config,
     check_finished,
     plan,
+    resolved_precision,
     run_one,
     run_parallel,
     this_sitting,
@@ -102,20 +101,6 @@ class Plan:
         return dataclasses.replace(study, out_dir=self.out_dir / "evals")
 
 
-def _precision(source: Run) -> tuple[str, ...]:
-    """The settings a run resolved from ``auto`` at its start (its ``resolved_config.yaml``): its eval
-    again runs in the precision the run evaluated in."""
-    resolved = yaml.safe_load((source.out_dir / "resolved_config.yaml").read_text()) or {}
-    given = []
-    for key in RESOLVED_AT_START:
-        value = _leaf(resolved, key)
-        if isinstance(value, bool):
-            given.append(f"{key}={str(value).lower()}")
-        elif isinstance(value, str) and value != "auto":
-            given.append(f"{key}={value}")
-    return tuple(given)
-
-
 def eval_run(
     source: Run, model_from: Run, out_dir: Path, method: str | None, settings: tuple[str, ...]
 ) -> Run:
@@ -124,7 +109,7 @@ def eval_run(
     own = tuple(o for o in source.overrides if o.partition("=")[0].strip() not in REPLACED)
     forced = (f"train.out_dir={out_dir}", "train.steps=0", "train.sft_warmup_steps=0",
               f"model.adapter={model_from.out_dir / 'model'}")  # fmt: skip
-    return Run(source.seed, method, out_dir, (*own, *_precision(source), *settings, *forced))
+    return Run(source.seed, method, out_dir, (*own, *resolved_precision(source.out_dir), *settings, *forced))
 
 
 def _unusable(run: Run) -> str:
@@ -181,14 +166,9 @@ def _older_than_its_model(run: Run) -> bool:
     return source.exists() and source.stat().st_mtime > (run.out_dir / "summary.json").stat().st_mtime
 
 
-def _failed_counts(run_dir: Path) -> list[float]:
-    path = run_dir / "metrics.jsonl"
-    records = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
-    return [r["eval/failed"] for r in records if "eval/failed" in r]
-
-
 def compose(arm: Run, before: Run, after: Run, out_dir: Path) -> Run:
     """Write the arm as re-evaluated into ``out_dir`` (see the module doc); returns it as a study run."""
+    from agentrl.study.report import eval_failed, rl_records
     from agentrl.train.heldout import compare_evals
 
     source = json.loads((arm.out_dir / "summary.json").read_text())
@@ -206,15 +186,9 @@ def compose(arm: Run, before: Run, after: Run, out_dir: Path) -> Run:
         "reevaluated": {"run": str(arm.out_dir), "eval_before": str(before.out_dir), "eval_after": str(after.out_dir)},
     }  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
-    records = []
-    metrics = arm.out_dir / "metrics.jsonl"
-    if metrics.exists():  # the RL steps (mechanisms, curves); their evals are replaced by the re-evaluation's
-        for line in metrics.read_text().splitlines():
-            if line.strip():
-                record = json.loads(line)
-                if record.get("step", 0) >= 1 and "env/reward" in record:
-                    records.append({k: v for k, v in record.items() if not k.startswith("eval/")})
-    failed = [*_failed_counts(before.out_dir)[:1], *_failed_counts(after.out_dir)[:1]]
+    # the RL steps (mechanisms, curves); their evals are replaced by the re-evaluation's
+    records = [{k: v for k, v in r.items() if not k.startswith("eval/")} for r in rl_records(arm.out_dir)]
+    failed = [*eval_failed(before.out_dir)[:1], *eval_failed(after.out_dir)[:1]]
     records += [
         {"step": 0 if i == 0 else summary.get("steps", 0), "eval/failed": f} for i, f in enumerate(failed)
     ]
@@ -278,7 +252,9 @@ def run_reevaluation(study: StudyConfig, settings: list[str] | tuple[str, ...], 
                 # the evaluated model, unchanged: not kept twice
                 shutil.rmtree(run.out_dir / "model", ignore_errors=True)
                 summary = json.loads((run.out_dir / "summary.json").read_text())
-                phase.advance(run=f"seed{run.seed}/{run.out_dir.name}", success=float(summary["success_before"]))
+                phase.advance(
+                    run=f"seed{run.seed}/{run.out_dir.name}", success=float(summary["success_before"])
+                )
                 report()
 
             if parallel == 1:
