@@ -60,5 +60,9 @@ class EpisodeError(AgentRLError):
     """An episode failed; recorded on its trajectory, never fatal to its siblings."""
 
 
+class RolloutError(AgentRLError):
+    """An RL step cannot stand: too many of its sampled episodes failed (``train.rollout_max_failed``)."""
+
+
 class EvalError(AgentRLError):
     """A held-out evaluation cannot stand: too many of its episodes failed even when replayed."""

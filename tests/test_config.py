@@ -88,6 +88,18 @@ def test_a_sampler_dtype_for_a_server_backend_is_refused():
     assert load_config(None, overrides[:2]).rollout.sampler_dtype == "model"
 
 
+@pytest.mark.parametrize("field", ["rollout.sampler_dtype", "train.eval_sampler_dtype"])
+def test_a_bfloat16_sampling_copy_under_zero3_is_refused_before_the_run(field):
+    """ZeRO-3 partitions the weights; a bfloat16 copy of the partitioned model crashed every episode."""
+    zero3 = ["train.engine=deepspeed", "train.zero_stage=3"]
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [*zero3, f"{field}=bfloat16"])
+    assert info.value.field == field and "ZeRO-3 partitions the weights" in str(info.value)
+    assert f"leave {field}=model (or auto)" in str(info.value)
+    load_config(None, [*zero3, f"{field}=auto"])  # auto resolves to the live model at the start (said there)
+    load_config(None, ["train.engine=deepspeed", "train.zero_stage=2", f"{field}=bfloat16"])  # ZeRO-2: full weights
+
+
 def test_an_eval_sampler_dtype_that_cannot_apply_is_refused():
     with pytest.raises(ConfigError) as info:
         load_config(None, ["train.eval_sampler_dtype=bf16"])

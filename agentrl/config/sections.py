@@ -331,7 +331,7 @@ class TrainConfig:
     eval_temperature: float = setting(0.0, eval=True)
     """Sampling temperature of held-out evaluation (0 = greedy)."""
     eval_sampler_dtype: str = setting("model", eval=True)
-    """With rollout.backend=hf: the precision held-out evals sample in: model (as the rollouts: rollout.sampler_dtype) | bfloat16 (a bfloat16 copy of the model made for each eval and freed after it, +2 bytes a parameter; its K/V take half the memory; greedy answers may differ from float32's where two tokens nearly tie, the same way before and after RL) | auto (bfloat16 where train.bf16_autocast resolved to bf16, i.e. on CPUs whose bfloat16 matmuls are faster; else model, and model with a vLLM or remote engine; printed and saved). The evals of the quickstart are half prefill of observations, which bfloat16 runs ~1.8x faster on such CPUs."""
+    """With rollout.backend=hf: the precision held-out evals sample in: model (as the rollouts: rollout.sampler_dtype) | bfloat16 (a bfloat16 copy of the model made for each eval and freed after it, +2 bytes a parameter; its K/V take half the memory; greedy answers may differ from float32's where two tokens nearly tie, the same way before and after RL) | auto (bfloat16 where train.bf16_autocast resolved to bf16, i.e. on CPUs whose bfloat16 matmuls are faster; else model, and model with LoRA, ZeRO-3 (bfloat16 refused there) or a vLLM or remote engine; printed and saved). The evals of the quickstart are half prefill of observations, which bfloat16 runs ~1.8x faster on such CPUs."""
     num_threads: int = setting(0, eval="optimisation and bookkeeping: training only")
     """torch CPU threads (0 = torch's default); 1 is fastest when other processes share the cores."""
     kernel_cache: int = setting(0, eval="optimisation and bookkeeping: training only")
@@ -354,6 +354,8 @@ class TrainConfig:
     """Held-out episodes per evaluation."""
     eval_max_failed: float = setting(0.05, eval="as rollout.episode_timeout_s")
     """Largest share of held-out episodes that may still have failed (crashed: generator, env or sandbox error) after two replays of the failed ones; they count as unsolved. Above it the eval stops the run, naming the first error: a success figure over crashed episodes measures the crash, not the policy. Each eval's episodes are saved to out_dir/eval/step-NNNNNN.jsonl."""
+    rollout_max_failed: float = setting(0.5, eval="optimisation and bookkeeping: training only")
+    """Largest share of an RL step's sampled episodes (all ranks) that may have failed (crashed: generator, env or sandbox error, a tree branch whose replay diverged); they are recorded (rollout/failed) and left out of the update. Above it the run stops before that step's update, naming the first error: a run that trains on what little survives measures the crash. 1: never stop."""
     eval_before_from: str = setting("", eval="the sharing itself")
     """A finished run's out_dir whose held-out eval stands for this run's eval before RL, which then does not run: that run evaluated this run's starting model (agentrl study: the shared warm-up, whose exported model every arm starts from) on at least these eval_episodes tasks, greedy. Its per-task outcomes and eval record are taken as they are. Empty: evaluate."""
     save_every: int = setting(0, eval="optimisation and bookkeeping: training only")
@@ -406,6 +408,9 @@ class TrainConfig:
         if not 0.0 <= self.eval_max_failed <= 1.0:
             raise ConfigError(f"{prefix}.eval_max_failed", f"must be in [0, 1], got {self.eval_max_failed}",
                               "use the share of held-out episodes that may crash (0: none)")  # fmt: skip
+        if not 0.0 <= self.rollout_max_failed <= 1.0:
+            raise ConfigError(f"{prefix}.rollout_max_failed", f"must be in [0, 1], got {self.rollout_max_failed}",
+                              "use the share of a step's episodes that may crash (1: never stop)")  # fmt: skip
         if not self.eval_temperature >= 0:
             raise ConfigError(f"{prefix}.eval_temperature", f"must be >= 0, got {self.eval_temperature}",
                               "use 0 for greedy held-out evals, or the training temperature (e.g. 0.6) to sample")  # fmt: skip
@@ -451,6 +456,13 @@ class RunConfig:
         from agentrl.train.plan import objective_plan
 
         objective_plan(self)  # every objective need has a producer under this config; options resolve
+        if self.train.engine == "deepspeed" and self.train.zero_stage == 3 and self.rollout.backend == "hf":
+            for field, value in (("rollout.sampler_dtype", self.rollout.sampler_dtype),
+                                 ("train.eval_sampler_dtype", self.train.eval_sampler_dtype)):  # fmt: skip
+                if value == "bfloat16":
+                    raise ConfigError(field, "ZeRO-3 partitions the weights: the hf generator samples from the live "
+                                      "model, whose forward gathers them, not from a bfloat16 copy",
+                                      f"leave {field}=model (or auto) with train.zero_stage=3")  # fmt: skip
         if self.train.eval_sampler_dtype == "bfloat16" and self.rollout.backend != "hf":
             raise ConfigError("train.eval_sampler_dtype", f"bfloat16 has effect only with rollout.backend=hf, not "
                               f"{self.rollout.backend}", "remove it or use auto (a vLLM or remote engine samples in "

@@ -64,6 +64,7 @@ def _materialize_builtin(name: str) -> Path:
 
     tokenizer = AutoTokenizer.from_pretrained(str(source), gguf_file=spec["gguf_file"])
     model = AutoModelForCausalLM.from_pretrained(str(source), gguf_file=spec["gguf_file"])
+    match_special_tokens(tokenizer, _config_special_ids(model.config.to_dict()), name)
     # The saved copy holds plain float weights; drop the GGUF marker so reloads skip the converter.
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
@@ -117,11 +118,61 @@ def load_tokenizer(name: str = "smollm2-135m") -> Any:
             f"cannot load a tokenizer for {name!r}: {exc}",
             "use smollm2-135m, a local model folder, or a hub id available offline",
         ) from exc
+    if name in BUILTIN_MODELS:
+        match_special_tokens(tokenizer, _builtin_special_ids(name), name)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     tokenizer.agentrl_name = name  # shown in template/conformance messages
     return tokenizer
+
+
+_SPECIAL = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "pad_token": "pad_token_id"}
+
+
+def _config_special_ids(config: dict[str, Any]) -> dict[str, int]:
+    """A model config's BOS / EOS / PAD ids, by tokenizer attribute (``eos_token`` -> its id)."""
+    return {attr: int(config[key]) for attr, key in _SPECIAL.items() if isinstance(config.get(key), int)}
+
+
+def _builtin_special_ids(name: str) -> dict[str, int]:
+    """The special token ids of a built-in model as the GGUF file states them: from the converted
+    copy's config.json (the converter copies ``tokenizer.ggml.*_token_id`` there), or from the GGUF
+    file's metadata before the first conversion."""
+    config = builtin_cache_path(name) / "config.json"
+    if config.exists():
+        return _config_special_ids(json.loads(config.read_text()))
+    from gguf import GGUFReader
+
+    spec = BUILTIN_MODELS[name]
+    fields = GGUFReader(str(_package_dir(spec["package"]) / spec["gguf_file"])).fields
+    ids = {}
+    for attr, key in (("bos_token", "bos"), ("eos_token", "eos"), ("pad_token", "padding")):
+        field = fields.get(f"tokenizer.ggml.{key}_token_id")
+        if field is not None:
+            ids[attr] = int(field.parts[field.data[0]][0])
+    return ids
+
+
+def match_special_tokens(tokenizer: Any, ids: dict[str, int], name: str) -> list[str]:
+    """Set the tokenizer's BOS / EOS / PAD to the model's ids where they differ, and say so.
+
+    transformers 5.17's GGUF tokenizer converter names ``<|im_start|>`` (id 1) SmolLM2's EOS although
+    the file says id 2 (``<|im_end|>``): every demonstration then ends its turns with ``<|im_start|>``
+    and the generator stops there (an H200 quickstart with it started RL at 0.281 held-out, not 0.714).
+    Returns what was changed."""
+    changed = []
+    for attr, token_id in ids.items():
+        token = tokenizer.convert_ids_to_tokens(token_id)
+        if token is not None and getattr(tokenizer, attr, None) != token:
+            changed.append(f"{attr} {getattr(tokenizer, attr, None)!r} -> {token!r} (id {token_id})")
+            setattr(tokenizer, attr, token)
+    if changed:
+        import warnings
+
+        warnings.warn(f"{name}: the tokenizer's special tokens differ from the model's; using the model's: "
+                      f"{'; '.join(changed)}", stacklevel=2)  # fmt: skip
+    return changed
 
 
 def _torch_dtype(dtype: str) -> Any:
@@ -265,6 +316,7 @@ __all__ = [
     "is_peft",
     "load_model",
     "load_tokenizer",
+    "match_special_tokens",
     "resolve_model_path",
     "sampling_copy",
     "tiny_model",

@@ -291,10 +291,26 @@ def rl_step(run: Run, step: int) -> dict[str, float]:
         config.env.mixture
     ):  # per env: the step's episodes, the sampler and its filter, the curriculum's budget
         metrics |= mixture_metrics(run, step, picked, first_wave, draw)
+    check_failed_rollouts(run, draw.episodes, tag)
     if draw.kept:
         metrics |= learn(run, draw.kept, step, tag)  # 2. log-probs, advantages; 3. PPO epochs; 4. weights out
     metrics["perf/step_s"] = time.perf_counter() - t_step
     return metrics | gpu_memory()
+
+
+def check_failed_rollouts(run: Run, episodes: list[Episode], tag: str) -> None:
+    """Raise :class:`RolloutError` when more than ``train.rollout_max_failed`` of the step's episodes
+    (summed over the ranks, so every rank stops) failed; the first error is named."""
+    from agentrl.errors import RolloutError
+
+    failed = [ep for ep in episodes if ep.failed]
+    total, bad = _all_ranks(run.engine, len(episodes)), _all_ranks(run.engine, len(failed))
+    limit = run.config.train.rollout_max_failed
+    if total and bad > limit * total:
+        first = failed[0].error if failed else "on another rank"
+        raise RolloutError(f"{tag}: {bad:.0f} of {total:.0f} sampled episodes failed (first: {first}); training on "
+                           f"the rest would measure the crash. Fix the cause (the log above names it), or allow "
+                           f"more with train.rollout_max_failed (now {limit:g})")  # fmt: skip
 
 
 def mixture_metrics(

@@ -78,9 +78,10 @@ def measured_config(config: RunConfig, model: Any, progress: RunProgress,
     if rollout.backend == "hf":
         sampler, said = rollout.sampler_dtype, "as set"
         lora = config.model.lora_rank > 0 or is_peft(model)
+        live = live_weights_only(config, lora)
         if sampler == "auto":
-            sampler = "bfloat16" if precision.bf16 and config.model.dtype != "bfloat16" and not lora else "model"
-            said = f"auto: train.bf16_autocast resolved to {str(precision.bf16).lower()}" + (", LoRA" if lora else "")
+            sampler = "bfloat16" if precision.bf16 and config.model.dtype != "bfloat16" and not live else "model"
+            said = f"auto: train.bf16_autocast resolved to {str(precision.bf16).lower()}" + (f", {live}" if live else "")
         elif sampler == "bfloat16" and config.model.dtype == "bfloat16":
             sampler, said = "model", "model.dtype is bfloat16 already: the live weights"
         elif sampler == "bfloat16" and lora:
@@ -108,14 +109,24 @@ def measured_config(config: RunConfig, model: Any, progress: RunProgress,
     return dataclasses.replace(config, train=train, rollout=rollout), precision
 
 
+def live_weights_only(config: RunConfig, lora: bool) -> str:
+    """Why the hf generator must sample from the live model rather than a bfloat16 copy ("" where it
+    may): LoRA (the adapters live in the model) or ZeRO-3 (the weights are partitioned; the model's
+    forward gathers them)."""
+    if lora:
+        return "LoRA"
+    return "ZeRO-3" if config.train.engine == "deepspeed" and config.train.zero_stage == 3 else ""
+
+
 def eval_sampler(config: RunConfig, precision: Decision, lora: bool, rollouts: str, progress: RunProgress) -> str:
     """``train.eval_sampler_dtype`` resolved and printed (``auto``: bfloat16 where the learner's bf16
     autocast was measured faster, as ``rollout.sampler_dtype``); ``model`` where the rollouts
     (``rollouts``: the resolved ``rollout.sampler_dtype``) sample in bfloat16 already."""
     asked, said = config.train.eval_sampler_dtype, "as set"
+    live = live_weights_only(config, lora)
     if asked == "auto":
-        asked = "bfloat16" if precision.bf16 and not lora else "model"
-        said = f"auto: train.bf16_autocast resolved to {str(precision.bf16).lower()}" + (", LoRA" if lora else "")
+        asked = "bfloat16" if precision.bf16 and not live else "model"
+        said = f"auto: train.bf16_autocast resolved to {str(precision.bf16).lower()}" + (f", {live}" if live else "")
     if asked == "bfloat16" and lora:
         raise ConfigError("train.eval_sampler_dtype", "a LoRA model samples from its live weights",
                           "leave train.eval_sampler_dtype=model (or auto) with LoRA")  # fmt: skip

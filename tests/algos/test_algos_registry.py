@@ -49,6 +49,7 @@ def _batch(seed=0):
         "process_reward": -0.2 * (torch.rand(b, length, generator=gen) < 0.3).to(F64),
         "outcome": torch.tensor([1.0, 0.0, 1.0, 0.5], dtype=F64),
         "group_id": torch.tensor([0, 0, 1, 1]),
+        "task_group": torch.tensor([0, 0, 0, 0]),  # both groups one task's trees (tree_grpo's inter-tree term)
         "row_rollout": torch.arange(b),
         "finished": torch.tensor([True, True, False, True]),
         "gt_logprob": torch.randn(b, 3, generator=gen, dtype=F64).requires_grad_(True),

@@ -49,3 +49,32 @@ def test_builtin_smollm2_loads_from_cache_and_answers():
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False)
     assert "Paris" in tokenizer.decode(out[0, len(prompt) :])
+
+
+def test_the_builtin_special_tokens_are_the_gguf_files_before_and_after_conversion(tmp_path, monkeypatch):
+    """BOS / EOS / PAD read from the GGUF metadata (before the first conversion) and from the converted
+    copy's config.json are the same ids: SmolLM2's <|im_start|> = 1, <|im_end|> = 2 (EOS and PAD)."""
+    from agentrl.rollout.model import _builtin_special_ids
+
+    want = {"bos_token": 1, "eos_token": 2, "pad_token": 2}
+    assert (builtin_cache_path("smollm2-135m") / "config.json").exists()  # the session fixture converted it
+    assert _builtin_special_ids("smollm2-135m") == want
+    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path))  # no converted copy here: the GGUF file's metadata
+    assert not (builtin_cache_path("smollm2-135m") / "config.json").exists()
+    assert _builtin_special_ids("smollm2-135m") == want
+
+
+def test_a_tokenizer_whose_eos_differs_from_the_model_is_set_to_the_models_and_says_so(tokenizer):
+    """transformers 5.17's GGUF converter named <|im_start|> the EOS; the loader sets the model's."""
+    import copy
+
+    from agentrl.rollout.model import match_special_tokens
+
+    wrong = copy.deepcopy(tokenizer)
+    wrong.eos_token = "<|im_start|>"
+    assert wrong.eos_token_id == 1
+    with pytest.warns(UserWarning, match=r"eos_token '<\|im_start\|>' -> '<\|im_end\|>' \(id 2\)"):
+        changed = match_special_tokens(wrong, {"eos_token": 2, "bos_token": 1}, "smollm2-135m")
+    assert changed == ["eos_token '<|im_start|>' -> '<|im_end|>' (id 2)"]
+    assert (wrong.eos_token_id, wrong.bos_token_id) == (2, 1)
+    assert match_special_tokens(wrong, {"eos_token": 2, "bos_token": 1}, "smollm2-135m") == []  # nothing to change

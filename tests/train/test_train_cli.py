@@ -268,3 +268,55 @@ def test_a_token_budget_ends_rl_with_the_step_that_spends_it(tiny_model_dir, tmp
     assert summary2["steps"] == 2 and [r["step"] for r in steps2] == [1, 2]
     assert steps2[0]["rollout/sampled_tokens"] == first  # the same first step
     assert summary2["generated_tokens"] == first + steps2[1]["rollout/sampled_tokens"] >= first + 1
+
+
+@pytest.mark.slow
+def test_zero3_through_torchrun_samples_from_the_partitioned_model(tiny_model_dir, tmp_path):
+    """`train.engine=deepspeed train.zero_stage=3` as the GPU recipes run it, one process through torchrun:
+    the hf generator samples from the live model, whose forward gathers the partitioned weights. With
+    bf16 on, `auto` would make a bfloat16 eval copy of a partitioned model (every episode crashed); it
+    resolves to the live model and says why. The CPU's packed LM head is never used on partitioned weights
+    (it crashed every episode too)."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "-m", "agentrl.cli", "train",
+         str(QUICKSTART), f"model.name={tiny_model_dir}", *SHORT, "train.bf16_autocast=true", "train.engine=deepspeed",
+         "train.zero_stage=3", "train.eval_max_failed=0", f"train.out_dir={out}"],
+        capture_output=True, text=True, timeout=900, cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "episode failed" not in proc.stdout + proc.stderr
+    assert "evals: hf samples in float32 (train.eval_sampler_dtype=model, auto: train.bf16_autocast resolved to true, ZeRO-3)" in proc.stdout
+    resolved = yaml.safe_load((out / "resolved_config.yaml").read_text())
+    assert resolved["train"]["eval_sampler_dtype"] == "model" and resolved["rollout"]["sampler_dtype"] == "model"
+    summary = json.loads((out / "summary.json").read_text())
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "eval/success" in r] == [0, 1]
+    step = next(r for r in records if r["step"] == 1 and "perf/step_s" in r)
+    assert step["rollout/failed"] == 0 and step["loss/grad_norm"] >= 0  # the learner ran through DeepSpeed's step
+    assert summary["steps"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("limit", [None, "1"])
+def test_a_step_whose_episodes_mostly_crashed_stops_the_run_before_its_update(limit, tiny_model_dir, tmp_path):
+    """Every training episode times out (rollout.episode_timeout_s far below one turn): by default the
+    run stops at step 1 naming the first error, before an update on nothing; train.rollout_max_failed=1
+    lets it go on (an H200 quickstart trained 4 steps on the 16 roots of 256 episodes, every branch crashed)."""
+    out = tmp_path / "run"
+    extra = [] if limit is None else [f"train.rollout_max_failed={limit}"]
+    proc = agentrl_train(str(QUICKSTART), f"model.name={tiny_model_dir}", *SHORT, "train.sft_warmup_steps=0",
+                         "train.eval_episodes=0", "rollout.episode_timeout_s=0.001", *extra,
+                         f"train.out_dir={out}")  # fmt: skip
+    log = (out / "train.log").read_text()
+    if limit is None:
+        assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+        said = re.search(r"training failed: step 1/1: (\d+) of (\d+) sampled episodes failed \(first: ", log)
+        assert said and said.group(1) == said.group(2), log[-2000:]
+        assert "allow more with train.rollout_max_failed (now 0.5)" in " ".join(log.split())
+        assert not (out / "checkpoints" / "latest").exists()
+    else:
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        step = next(json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"perf/step_s"' in x)
+        assert step["rollout/failed"] == step["rollout/episodes"] > 0 and "loss/loss" not in step

@@ -12,7 +12,8 @@ The packed copy follows the live weight: it is rebuilt when the weight's version
 optimizer step updates the weight in place) or its storage changes, so a generator sampling from
 the model being trained never samples from stale weights. It is used only where it computes what
 the model's own forward computes: a plain ``nn.Linear`` head without bias (not a LoRA-wrapped head),
-no logit soft-capping or scaling in the config, float32 on CPU with oneDNN available; anywhere else
+no logit soft-capping or scaling in the config, float32 on CPU with oneDNN available, not partitioned by
+ZeRO-3; anywhere else
 the model's forward (``logits_to_keep=1``) gives the logits.
 """
 
@@ -57,7 +58,8 @@ def packed_head_for(model: Any) -> PackedHead | None:
         return None
     weight = head.weight
     if (
-        weight.device.type != "cpu"
+        hasattr(weight, "ds_id")  # a ZeRO-3 partition: only the module's forward hooks gather it
+        or weight.device.type != "cpu"
         or weight.dtype != torch.float32
         or not torch.backends.mkldnn.is_available()
     ):
@@ -67,7 +69,7 @@ def packed_head_for(model: Any) -> PackedHead | None:
 
 def last_logits(model: Any, head: PackedHead | None, **inputs: Any) -> torch.Tensor:
     """Logits ``[B, V]`` at the last position of a cached forward of ``model`` over ``inputs``."""
-    if head is None:
+    if head is None or hasattr(head.head.weight, "ds_id"):  # partitioned by ZeRO-3 after the head was made
         return model(**inputs, use_cache=True, logits_to_keep=1).logits[:, -1, :]
     hidden = model.get_decoder()(**inputs, use_cache=True).last_hidden_state[:, -1, :]  # [B, H]
     return head(hidden)
