@@ -118,8 +118,8 @@ def load_tokenizer(name: str = "smollm2-135m") -> Any:
             f"cannot load a tokenizer for {name!r}: {exc}",
             "use smollm2-135m, a local model folder, or a hub id available offline",
         ) from exc
-    if name in BUILTIN_MODELS:
-        match_special_tokens(tokenizer, _builtin_special_ids(name), name)
+    if name in BUILTIN_MODELS:  # said again by agentrl train's model-load line (tokenizer.agentrl_fixed)
+        tokenizer.agentrl_fixed = match_special_tokens(tokenizer, _builtin_special_ids(name), name)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -195,6 +195,8 @@ class Trainer:
         with progress.phase("model load", per_step=False):
             model, tokenizer = load_model(declared.model.name, dtype=declared.model.dtype,
                                           adapter=declared.model.adapter, device=device)  # fmt: skip
+        for fixed in getattr(tokenizer, "agentrl_fixed", None) or ():  # a converter's special tokens, set right
+            progress.print(f"tokenizer: {fixed}, as the model's config states")
         resumed = out_dir if self.resume_from is not None else None
         self.config, self.precision = measured_config(declared, model, progress, resumed)
         config = self.config

@@ -13,6 +13,7 @@ def test_tokenizer_is_smollm2(tokenizer):
     assert len(tokenizer) == 49152
     assert tokenizer.padding_side == "left"
     assert tokenizer.convert_ids_to_tokens(tokenizer.eos_token_id) == "<|im_end|>"
+    assert tokenizer.agentrl_fixed == []  # the converted copy's special tokens are the GGUF file's
     ids = tokenizer.encode("Paris is the capital of France.", add_special_tokens=False)
     assert tokenizer.decode(ids) == "Paris is the capital of France."
 

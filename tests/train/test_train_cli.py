@@ -320,3 +320,30 @@ def test_a_step_whose_episodes_mostly_crashed_stops_the_run_before_its_update(li
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         step = next(json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"perf/step_s"' in x)
         assert step["rollout/failed"] == step["rollout/episodes"] > 0 and "loss/loss" not in step
+
+
+@pytest.mark.slow
+def test_a_builtin_tokenizer_with_the_wrong_eos_is_set_to_the_models_and_said(tmp_path):
+    """A converted copy whose tokenizer names <|im_start|> the EOS (what transformers 5.17's GGUF converter
+    wrote): agentrl train uses the model's EOS (<|im_end|>, id 2) and says so in the terminal and train.log."""
+    from agentrl.rollout.model import builtin_cache_path
+
+    source = builtin_cache_path("smollm2-135m")
+    copy = tmp_path / "cache" / "models" / "smollm2-135m"
+    copy.mkdir(parents=True)
+    for item in source.iterdir():
+        (copy / item.name).symlink_to(item)
+    config = json.loads((source / "tokenizer_config.json").read_text())
+    (copy / "tokenizer_config.json").unlink()
+    (copy / "tokenizer_config.json").write_text(json.dumps({**config, "eos_token": "<|im_start|>"}))
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "train", str(QUICKSTART), "train.steps=0", "train.sft_warmup_steps=0",
+         "train.eval_episodes=0", "train.bf16_autocast=false", f"train.out_dir={out}"],
+        capture_output=True, text=True, timeout=900, cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "AGENTRL_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    line = "tokenizer: eos_token '<|im_start|>' -> '<|im_end|>' (id 2), as the model's config states"
+    assert line in proc.stdout and line in (out / "train.log").read_text()
+    assert "the tokenizer's special tokens differ from the model's" in proc.stderr  # the loader's own warning
