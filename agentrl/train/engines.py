@@ -38,10 +38,13 @@ def init_distributed(backend: str | None = None) -> None:
 
 
 def world() -> tuple[int, int]:
-    """``(rank, world_size)``; ``(0, 1)`` without a process group."""
+    """``(rank, world_size)``: the process group's, else what ``torchrun`` / ``deepspeed`` put in the
+    environment for the group this process will join (``RANK``, ``WORLD_SIZE``), else ``(0, 1)``. The
+    environment counts before the group exists: a run decides which rank writes its log and records
+    before its engine joins the group (every rank wrote them when this said ``(0, 1)`` there)."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def _warmup(warmup_steps: int):

@@ -347,3 +347,26 @@ def test_a_builtin_tokenizer_with_the_wrong_eos_is_set_to_the_models_and_said(tm
     line = "tokenizer: eos_token '<|im_start|>' -> '<|im_end|>' (id 2), as the model's config states"
     assert line in proc.stdout and line in (out / "train.log").read_text()
     assert "the tokenizer's special tokens differ from the model's" in proc.stderr  # the loader's own warning
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", [["train.engine=torch"], ["train.engine=deepspeed", "train.zero_stage=3"]],
+                         ids=["ddp", "zero3"])  # fmt: skip
+def test_two_processes_through_torchrun_write_one_log_and_one_record_per_step(engine, tiny_model_dir, tmp_path):
+    """`torchrun --nproc_per_node 2 -m agentrl.cli train ...`: rank 0 alone prints, writes train.log and
+    metrics.jsonl (every rank did: each line twice, two records per step, two writers on one file)."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "agentrl.cli", "train",
+         str(QUICKSTART), f"model.name={tiny_model_dir}", *SHORT, "rollout.tasks_per_step=2", "train.eval_episodes=2",
+         "train.bf16_autocast=false", *engine, f"train.out_dir={out}"],
+        capture_output=True, text=True, timeout=900, cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "eval/success" in r] == [0, 1]
+    assert [r["step"] for r in records if "perf/step_s" in r] == [1]
+    assert proc.stdout.count("held-out success before RL:") == 1
+    log = (out / "train.log").read_text()
+    assert log.count("eval before RL:  episode 2/2") == 1 and log.count("step 1/1 learner:") == 1
