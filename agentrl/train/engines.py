@@ -237,6 +237,20 @@ class DeepSpeedEngine(_EngineBase):
 
         return deepspeed.zero.GatheredParameters(list(self.policy.parameters()), modifier_rank=None)
 
+    def generation_context(self):
+        """Around a rollout or eval phase in which a generator samples from the live model (every rank
+        enters it together): under ZeRO-3 each weight is gathered once and the per-layer gather hooks
+        are off while it generates (DeepSpeed's ``unwrap_model_for_generation``). Without it every
+        decode step gathered each layer again, a collective that hangs once ranks decode a different
+        number of steps; ZeRO-1/2 hold full weights: nothing to do."""
+        import contextlib
+
+        if not self.shards_parameters:
+            return contextlib.nullcontext()
+        from deepspeed.runtime.zero.stage3 import unwrap_model_for_generation
+
+        return unwrap_model_for_generation(self.engine)
+
     def save(self, directory: str | Path) -> None:
         self.engine.save_checkpoint(str(directory), tag="engine")
 

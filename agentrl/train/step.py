@@ -31,7 +31,7 @@ from agentrl.train.memory import PhasePeaks, gpu_memory
 from agentrl.train.metrics import context_metrics
 from agentrl.train.progress import RunProgress
 from agentrl.train.update import compute_advantages, ppo_update, score_tokens, tree_of_rows
-from agentrl.train.weights import generator_rng_state, shares_model, sync_generator
+from agentrl.train.weights import generating, generator_rng_state, shares_model, sync_generator
 from agentrl.trajectory import Episode, build_batch, write_jsonl
 
 if TYPE_CHECKING:
@@ -171,7 +171,8 @@ class Sampling:
     def _run(self, picked: list[int], seed: int, step: int, name: str) -> Draw:
         rollout = self.config.rollout
         with self.progress.phase(name, len(picked) * rollout.episodes_per_task, unit="episode", per_step=False,
-                                 key="rollout") as phase, returned(getattr(self.rollouts, "generator", None)):  # fmt: skip
+                                 key="rollout") as phase, returned(getattr(self.rollouts, "generator", None)), \
+                generating(self.engine, getattr(self.rollouts, "generator", None)):  # fmt: skip
             episodes, run = self.rollouts.run(
                 [self.rollouts.train_tasks[i] for i in picked], seed=seed, version=step, group_size=rollout.group_size,
                 on_episode=phase.on_episode(), branches=rollout.branches,

@@ -40,7 +40,7 @@ from agentrl.train.precision import Decision, resolve_bf16
 from agentrl.train.progress import RunProgress
 from agentrl.train.rollouts import batching_line, make_rollouts, mixture_lines
 from agentrl.train.step import Run, Sampling, StepState, TaskSampler, filter_episodes, make_sampler, rl_step
-from agentrl.train.weights import export_model, restore_generator_rng, sync_generator
+from agentrl.train.weights import export_model, generating, restore_generator_rng, sync_generator
 
 
 # --------------------------------------------------------------------------- the config, resolved once
@@ -296,7 +296,8 @@ class Trainer:
 
     def evaluate(self, step: int) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
         """The held-out eval at ``step`` (0: before RL), logged; per-task outcomes and details."""
-        return self.evaluator(step)
+        with generating(self.run.engine, self.run.generator):  # ZeRO-3: the weights gathered once
+            return self.evaluator(step)
 
     def step(self, i: int) -> dict[str, float]:
         """RL step ``i`` (0-based): the step, an eval when ``train.eval_every`` says, the metrics

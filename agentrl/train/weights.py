@@ -34,6 +34,15 @@ def shares_model(engine: Any, generator: Any) -> bool:
     return getattr(generator, "model", None) is engine.policy.model
 
 
+def generating(engine: Any, generator: Any) -> contextlib.AbstractContextManager:
+    """Around a rollout or eval phase: the engine's generation context (ZeRO-3: weights gathered once,
+    hooks off) where the generator samples from the live model; else nothing."""
+    context = getattr(engine, "generation_context", None)
+    if context is None or not shares_model(engine, generator):
+        return contextlib.nullcontext()
+    return context()
+
+
 def sync_generator(engine: Any, generator: Any) -> None:
     """New weights to the generator: nothing when it shares the live model, else a copy (vLLM)."""
     if shares_model(engine, generator):
