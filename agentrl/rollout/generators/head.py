@@ -12,9 +12,8 @@ The packed copy follows the live weight: it is rebuilt when the weight's version
 optimizer step updates the weight in place) or its storage changes, so a generator sampling from
 the model being trained never samples from stale weights. It is used only where it computes what
 the model's own forward computes: a plain ``nn.Linear`` head without bias (not a LoRA-wrapped head),
-no logit soft-capping or scaling in the config, float32 on CPU with oneDNN available, not partitioned by
-ZeRO-3; anywhere else
-the model's forward (``logits_to_keep=1``) gives the logits.
+no logit soft-capping or scaling in the config, float32 on CPU with oneDNN available, not partitioned
+by ZeRO-3; anywhere else the model's forward (``logits_to_keep=1``) gives the logits.
 """
 
 from __future__ import annotations
