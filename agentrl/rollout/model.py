@@ -120,6 +120,8 @@ def load_tokenizer(name: str = "smollm2-135m") -> Any:
         ) from exc
     if name in BUILTIN_MODELS:  # said again by agentrl train's model-load line (tokenizer.agentrl_fixed)
         tokenizer.agentrl_fixed = match_special_tokens(tokenizer, _builtin_special_ids(name), name)
+        if tokenizer.agentrl_fixed and "gguf_file" not in kwargs:  # a copy converted wrong: fixed on disk too,
+            _resave_tokenizer(tokenizer, Path(path))  # where a vLLM engine reads it
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -173,6 +175,17 @@ def match_special_tokens(tokenizer: Any, ids: dict[str, int], name: str) -> list
         warnings.warn(f"{name}: the tokenizer's special tokens differ from the model's; using the model's: "
                       f"{'; '.join(changed)}", stacklevel=2)  # fmt: skip
     return changed
+
+
+def _resave_tokenizer(tokenizer: Any, folder: Path) -> None:
+    """Write ``tokenizer``'s files over those in ``folder`` (each replaced whole, never half-written)."""
+    tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=folder.parent))
+    try:
+        tokenizer.save_pretrained(str(tmp))
+        for item in tmp.iterdir():
+            os.replace(item, folder / item.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _torch_dtype(dtype: str) -> Any:

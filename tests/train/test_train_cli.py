@@ -325,7 +325,8 @@ def test_a_step_whose_episodes_mostly_crashed_stops_the_run_before_its_update(li
 @pytest.mark.slow
 def test_a_builtin_tokenizer_with_the_wrong_eos_is_set_to_the_models_and_said(tmp_path):
     """A converted copy whose tokenizer names <|im_start|> the EOS (what transformers 5.17's GGUF converter
-    wrote): agentrl train uses the model's EOS (<|im_end|>, id 2) and says so in the terminal and train.log."""
+    wrote): agentrl train uses the model's EOS (<|im_end|>, id 2), says so in the terminal and train.log,
+    and writes the copy's tokenizer files right (the other files are links to the real cache: untouched)."""
     from agentrl.rollout.model import builtin_cache_path
 
     source = builtin_cache_path("smollm2-135m")
@@ -347,6 +348,9 @@ def test_a_builtin_tokenizer_with_the_wrong_eos_is_set_to_the_models_and_said(tm
     line = "tokenizer: eos_token '<|im_start|>' -> '<|im_end|>' (id 2), as the model's config states"
     assert line in proc.stdout and line in (out / "train.log").read_text()
     assert "the tokenizer's special tokens differ from the model's" in proc.stderr  # the loader's own warning
+    saved = json.loads((copy / "tokenizer_config.json").read_text())  # fixed on disk, where vLLM would read it
+    assert saved["eos_token"] == "<|im_end|>" and (source / "tokenizer_config.json").is_file()
+    assert json.loads((source / "tokenizer_config.json").read_text())["eos_token"] == "<|im_end|>"
 
 
 @pytest.mark.slow
