@@ -57,8 +57,7 @@ def packed_head_for(model: Any) -> PackedHead | None:
         return None
     weight = head.weight
     if (
-        hasattr(weight, "ds_id")  # a ZeRO-3 partition: only the module's forward hooks gather it
-        or weight.device.type != "cpu"
+        weight.device.type != "cpu"
         or weight.dtype != torch.float32
         or not torch.backends.mkldnn.is_available()
     ):
@@ -68,7 +67,7 @@ def packed_head_for(model: Any) -> PackedHead | None:
 
 def last_logits(model: Any, head: PackedHead | None, **inputs: Any) -> torch.Tensor:
     """Logits ``[B, V]`` at the last position of a cached forward of ``model`` over ``inputs``."""
-    if head is None or hasattr(head.head.weight, "ds_id"):  # partitioned by ZeRO-3 after the head was made
+    if head is None or hasattr(head.head.weight, "ds_id"):  # a ZeRO-3 partition: the model's forward gathers it
         return model(**inputs, use_cache=True, logits_to_keep=1).logits[:, -1, :]
     hidden = model.get_decoder()(**inputs, use_cache=True).last_hidden_state[:, -1, :]  # [B, H]
     return head(hidden)
