@@ -470,21 +470,23 @@ def train_main(config_path: str | Path | None, overrides: list[str] | None = Non
     from agentrl.train.trainer import train
 
     console = Console(stderr=True)
+    rank, world_size = world()
     try:
         config = load_config(config_path, list(overrides or []))
     except ConfigError as exc:
-        console.print(f"[red]config error:[/red] {exc}")
+        if rank == 0:  # every rank read the same config: one message, not one per process
+            console.print(f"[red]config error:[/red] {exc}")
         return 2
     try:
         summary = train(config)
-    except AgentRLError as exc:
-        console.print(f"[red]training failed:[/red] {exc}")
+    except AgentRLError as exc:  # a rank's own failure: said by that rank, named when there are several
+        console.print(f"[red]training failed{f' on rank {rank}' if world_size > 1 else ''}:[/red] {exc}")
         log = Path(config.train.out_dir) / "train.log"
-        if world()[0] == 0 and log.exists():  # the run's log says how it ended, as the terminal did
+        if rank == 0 and log.exists():  # the run's log says how it ended, as the terminal did
             with log.open("a") as handle:
                 handle.write(f"training failed: {exc}\n")
         return 1
-    if world()[0] == 0:
+    if rank == 0:
         for name, part in summary.get("per_env", {}).items():
             print(f"held-out success on {name} before RL: {part['success_before']:.3f}  after RL: "
                   f"{part['success_after']:.3f}  ({part['gained']} tasks gained, {part['lost']} lost, "

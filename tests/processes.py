@@ -1,13 +1,9 @@
-"""Servers the tests start as subprocesses end with the test run, however it ends."""
+"""Servers the tests start as subprocesses end with the test run, however it ends: the same
+``setpriv --pdeathsig TERM`` wrapping that ``agentrl study`` gives its runs (a killed test run, by
+SIGKILL or a CI timeout, leaves no ``agentrl serve`` behind holding a port and memory)."""
 
 from __future__ import annotations
 
-import shutil
+from agentrl.study.orchestrator import dies_with_parent as dies_with_tests
 
-
-def dies_with_tests(command: list[str]) -> list[str]:
-    """``command`` run under util-linux ``setpriv --pdeathsig TERM``: the kernel sends it SIGTERM when
-    the test process that started it dies, so a killed test run (SIGKILL, a CI timeout) leaves no
-    ``agentrl serve`` behind holding a port and memory. Unchanged where ``setpriv`` is missing."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "TERM", "--", *command] if setpriv else list(command)
+__all__ = ["dies_with_tests"]

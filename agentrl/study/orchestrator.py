@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -407,9 +408,18 @@ def _failure(run: Run, rc: int) -> str:
     return f"study run '{run.label}' failed (exit {rc}); see {run.out_dir / 'train.log'}"
 
 
+def dies_with_parent(command: list[str]) -> list[str]:
+    """``command`` run under util-linux ``setpriv --pdeathsig TERM``: the kernel sends it SIGTERM when
+    the process that started it dies, however it dies (SIGKILL, the OOM killer, a job scheduler's
+    timeout), so a killed study leaves no run training unwatched. Unchanged where ``setpriv`` is
+    missing (not Linux): there a study stopped by SIGTERM or Ctrl-C still stops its runs."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *command] if setpriv else list(command)
+
+
 def run_one(study: StudyConfig, run: Run, progress: Any = None) -> None:
     """``agentrl train BASE OVERRIDES`` in a subprocess (its progress lines pass through)."""
-    rc = subprocess.run(_command(study, run, progress), env=os.environ.copy()).returncode
+    rc = subprocess.run(dies_with_parent(_command(study, run, progress)), env=os.environ.copy()).returncode
     if rc != 0 or not run.finished:
         raise AgentRLError(f"{_failure(run, rc)}. Fix the cause and re-run the study: finished runs are kept")
 
@@ -476,7 +486,8 @@ def run_parallel(study: StudyConfig, chosen: list[Run], parallel: int, progress:
                 _starting(progress, run)
                 cmd = _command(study, run, progress)  # makes out_dir
                 log = open(run.out_dir / "study_output.log", "a")  # noqa: SIM115 - closed when the run ends
-                running[run] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log)
+                process = subprocess.Popen(dies_with_parent(cmd), env=env, stdout=log, stderr=subprocess.STDOUT)
+                running[run] = (process, log)
             time.sleep(poll_s)
             for run, (process, log) in list(running.items()):
                 rc = process.poll()

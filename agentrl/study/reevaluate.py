@@ -235,15 +235,11 @@ def run_reevaluation(study: StudyConfig, settings: list[str] | tuple[str, ...], 
                 arm_views.append(compose(arm, before, after, target))
             else:
                 arm_views.append(dataclasses.replace(arm, out_dir=target))
-        results = write_results(view, arm_views)
-        results["reevaluated"] = {"study": str(study.out_dir), "settings": list(p.settings),
-                                  "left_out": [f"{r.label}: {why}" for r, why in p.left_out]}  # fmt: skip
-        (p.out_dir / "results.json").write_text(json.dumps(results, indent=2))
+        where = {"study": str(study.out_dir), "settings": list(p.settings),
+                 "left_out": [f"{r.label}: {why}" for r, why in p.left_out]}  # fmt: skip
         lines = [f"Re-evaluated from `{study.out_dir}` with `{' '.join(p.settings)}` (no training)."]
         lines += [f"Left out: {r.label} ({why})." for r, why in p.left_out]
-        report_md = p.out_dir / "report.md"
-        report_md.write_text(report_md.read_text() + "\n" + "\n".join(lines) + "\n")
-        return results
+        return write_results(view, arm_views, extra={"reevaluated": where}, notes=lines)
 
     if chosen:
         with progress.phase("re-evaluation", len(chosen), unit="eval") as phase:

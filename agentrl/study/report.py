@@ -358,13 +358,18 @@ def plot(results: dict[str, Any], runs: list[Any], out_dir: Path) -> list[Path]:
     return written
 
 
-def write_results(study: Any, runs: list[Any]) -> dict[str, Any]:
-    """Write results.json, report.md and the plots into the study's out_dir; returns the results."""
+def write_results(study: Any, runs: list[Any], extra: dict[str, Any] | None = None,
+                  notes: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+    """Write results.json, report.md and the plots into the study's out_dir; returns the results.
+    ``extra``: more keys for results.json; ``notes``: lines after the report (a re-evaluation says
+    where it came from)."""
     results = collect(study, runs)
     if results["runs"]:
         results["plots"] = [p.name for p in plot(results, runs, study.out_dir)]
+    results.update(extra or {})
     (study.out_dir / "results.json").write_text(json.dumps(results, indent=2))
-    (study.out_dir / "report.md").write_text(report_markdown(results))
+    report = report_markdown(results)
+    (study.out_dir / "report.md").write_text(report + ("\n" + "\n".join(notes) + "\n" if notes else ""))
     return results
 
 

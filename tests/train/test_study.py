@@ -670,6 +670,35 @@ def test_a_stopped_parallel_study_leaves_no_run_going(tiny_model_dir, tmp_path):
     assert not (tmp_path / "study" / "seed-0" / "warmup" / "summary.json").exists()
 
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parallel", [[], ["--parallel", "2"]], ids=["one-at-a-time", "parallel"])
+def test_a_killed_study_leaves_no_run_going(parallel, tiny_model_dir, tmp_path):
+    """`agentrl study` killed with SIGKILL (the OOM killer, a scheduler's hard limit: no handler runs):
+    its `agentrl train` runs get SIGTERM from the kernel (`setpriv --pdeathsig`) and end with it."""
+    import signal
+    import time
+
+    config = write_study(tmp_path, model=str(tiny_model_dir))
+    study = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "study", str(config), *parallel], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    log = tmp_path / "study" / "seed-0" / "warmup" / "train.log"
+    pattern = f"train.out_dir={tmp_path / 'study'}"
+    deadline = time.time() + 120
+    while not log.exists() and time.time() < deadline:
+        time.sleep(0.5)
+    assert log.exists(), "the warm-up should have started"
+    assert subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0, "its run should be going"
+    study.send_signal(signal.SIGKILL)
+    study.wait(timeout=30)
+    deadline = time.time() + 30
+    while subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0 and time.time() < deadline:
+        time.sleep(0.5)
+    running = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True).stdout
+    assert running.strip() == "", f"runs left going after the study was killed: {running}"
+    assert not (tmp_path / "study" / "seed-0" / "warmup" / "summary.json").exists()
+
+
 def test_a_sitting_with_other_seeds_names_the_finished_ones_it_leaves_out(tmp_path):
     from agentrl.study.orchestrator import other_finished_seeds, pooling_hint
 

@@ -374,3 +374,20 @@ def test_two_processes_through_torchrun_write_one_log_and_one_record_per_step(en
     assert proc.stdout.count("held-out success before RL:") == 1
     log = (out / "train.log").read_text()
     assert log.count("eval before RL:  episode 2/2") == 1 and log.count("step 1/1 learner:") == 1
+
+
+def test_a_bad_config_through_torchrun_is_said_once_not_by_every_rank(tmp_path):
+    """Every rank reads the same config: `torchrun --nproc_per_node 2` with a bad field prints its
+    config error once (rank 0), and every rank exits 2 before anything runs."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "agentrl.cli", "train",
+         str(QUICKSTART), "train.rollout_max_failed=2", f"train.out_dir={tmp_path / 'run'}"],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert out.count("config error:") == 1, out[-3000:]
+    assert "train.rollout_max_failed" in out
+    assert "exitcode  : 2" in out  # torchrun's summary of the failed ranks
+    assert not (tmp_path / "run").exists()
