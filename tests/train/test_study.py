@@ -648,27 +648,45 @@ def test_parallel_runs_match_one_at_a_time_and_a_failed_warm_up_costs_only_its_s
     assert len(same(out / "seed-0" / "igpo")[1]) == 2  # both RL steps compared
 
 
+def start_study_until_warm_ups(config: Path, tmp_path: Path, seeds: list[int], *args: str) -> subprocess.Popen:
+    """`agentrl study CONFIG ARGS` started, returned once every seed's warm-up has written its train.log."""
+    import time
+
+    study = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "study", str(config), *args], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    logs = [tmp_path / "study" / f"seed-{s}" / "warmup" / "train.log" for s in seeds]
+    deadline = time.time() + 120
+    while not all(log.exists() for log in logs) and time.time() < deadline:
+        time.sleep(0.5)
+    assert all(log.exists() for log in logs), "every warm-up should have started"
+    return study
+
+
+def runs_going(tmp_path: Path, wait_s: float = 0.0) -> str:
+    """The study's `agentrl train` processes still running (their command lines), after waiting up to
+    ``wait_s`` for them to end."""
+    import time
+
+    pattern = f"train.out_dir={tmp_path / 'study'}"
+    deadline = time.time() + wait_s
+    while subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0 and time.time() < deadline:
+        time.sleep(0.5)
+    return subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True).stdout.strip()
+
+
 @pytest.mark.slow
 def test_a_stopped_parallel_study_leaves_no_run_going(tiny_model_dir, tmp_path):
     """`agentrl study --parallel` stopped by SIGTERM (kill, a job scheduler; Ctrl-C takes the same
     path, but a shell's background jobs ignore SIGINT): its runs stop with it, none left unwatched."""
     import signal
-    import time
 
     config = write_study(tmp_path, model=str(tiny_model_dir), seeds=[0, 1])
-    study = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "study", str(config), "--parallel", "2"], cwd=REPO,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    logs = [tmp_path / "study" / f"seed-{s}" / "warmup" / "train.log" for s in (0, 1)]
-    deadline = time.time() + 120
-    while not all(log.exists() for log in logs) and time.time() < deadline:
-        time.sleep(0.5)
-    assert all(log.exists() for log in logs), "both warm-ups should have started"
+    study = start_study_until_warm_ups(config, tmp_path, [0, 1], "--parallel", "2")
     study.send_signal(signal.SIGTERM)
     assert study.wait(timeout=60) == 128 + signal.SIGTERM
-    running = subprocess.run(["pgrep", "-f", f"train.out_dir={tmp_path / 'study'}"], capture_output=True, text=True)
-    assert running.stdout.strip() == "", f"runs left going: {running.stdout}"
+    running = runs_going(tmp_path)
+    assert running == "", f"runs left going: {running}"
     assert not (tmp_path / "study" / "seed-0" / "warmup" / "summary.json").exists()
-
 
 
 @pytest.mark.slow
@@ -677,25 +695,14 @@ def test_a_killed_study_leaves_no_run_going(parallel, tiny_model_dir, tmp_path):
     """`agentrl study` killed with SIGKILL (the OOM killer, a scheduler's hard limit: no handler runs):
     its `agentrl train` runs get SIGTERM from the kernel (`setpriv --pdeathsig`) and end with it."""
     import signal
-    import time
 
     config = write_study(tmp_path, model=str(tiny_model_dir))
-    study = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "study", str(config), *parallel], cwd=REPO,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    log = tmp_path / "study" / "seed-0" / "warmup" / "train.log"
-    pattern = f"train.out_dir={tmp_path / 'study'}"
-    deadline = time.time() + 120
-    while not log.exists() and time.time() < deadline:
-        time.sleep(0.5)
-    assert log.exists(), "the warm-up should have started"
-    assert subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0, "its run should be going"
+    study = start_study_until_warm_ups(config, tmp_path, [0], *parallel)
+    assert runs_going(tmp_path) != "", "its run should be going"
     study.send_signal(signal.SIGKILL)
     study.wait(timeout=30)
-    deadline = time.time() + 30
-    while subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0 and time.time() < deadline:
-        time.sleep(0.5)
-    running = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True).stdout
-    assert running.strip() == "", f"runs left going after the study was killed: {running}"
+    running = runs_going(tmp_path, wait_s=30)
+    assert running == "", f"runs left going after the study was killed: {running}"
     assert not (tmp_path / "study" / "seed-0" / "warmup" / "summary.json").exists()
 
 
