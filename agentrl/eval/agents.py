@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -74,6 +75,19 @@ def parse_agent(spec: str) -> AgentSpec:
             )
         return AgentSpec(kind, model=model, url=url.rstrip("/"))
     model, _, adapter = spec.partition("+")
+    if re.match(r"^[A-Za-z][A-Za-z0-9_.-]*:", spec) and not Path(model).exists():
+        # "http://HOST/v1", "chta:URL" or "opneai:URL": a server without a known kind, not a model
+        what = (
+            "is a URL without an agent kind"
+            if re.match(r"^https?://", spec)
+            else f"names no agent: {kind + ':'!r} is not an agent kind and no folder of that name exists"
+        )
+        raise ConfigError(
+            "agent",
+            f"{spec!r} {what}",
+            "write openai:URL[#model] (token-id completions) or chat:URL#model (chat completions) for a "
+            "server; oracle, random, a model name or a folder otherwise",
+        )
     return AgentSpec("model", model=model, adapter=adapter or None)
 
 

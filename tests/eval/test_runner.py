@@ -30,6 +30,17 @@ def test_parse_agent() -> None:
         parse_agent("openai:localhost:8000")
     with pytest.raises(ConfigError):
         parse_agent("  ")
+    # a server without its kind, or a misspelt kind, is said as such (not a hub lookup of 'chta:...')
+    with pytest.raises(ConfigError, match="URL without an agent kind.*openai:URL"):
+        parse_agent("http://127.0.0.1:8000/v1")
+    with pytest.raises(ConfigError, match="'chta:' is not an agent kind.*chat:URL#model"):
+        parse_agent("chta:http://127.0.0.1:8000/v1#m")
+
+
+def test_a_model_folder_with_a_colon_is_still_a_model(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run:1").mkdir()
+    assert parse_agent("run:1+adapter") == AgentSpec("model", model="run:1", adapter="adapter")
 
 
 def test_parse_suite_options() -> None:
@@ -179,6 +190,10 @@ def test_cli_eval_prints_json_metrics(tmp_path: Path) -> None:
         [str(agentrl_bin), "eval", "--suite", "nope"], capture_output=True, text=True, timeout=120
     )
     assert bad.returncode == 2 and "unknown eval suite 'nope'" in bad.stderr
+    typo = subprocess.run(
+        [*argv, "--agent", "opneai:http://127.0.0.1:9/v1"], capture_output=True, text=True, timeout=120
+    )
+    assert typo.returncode == 2 and "'opneai:' is not an agent kind" in typo.stderr, typo.stderr
 
 
 def test_stratified_sample_covers_subsets() -> None:
