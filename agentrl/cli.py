@@ -227,28 +227,32 @@ def sandbox_doctor(
 
 @sandbox_app.command("run")
 def sandbox_run(
-    file: Path = typer.Argument(..., help="A Python file to run."),
+    file: Path = typer.Argument(
+        ...,
+        help="A file to run: .py (python3), .sh (sh), .sql (sqlite3 :memory:) or an executable.",
+        exists=True,
+        dir_okay=False,
+        readable=True,
+    ),
     backend: str = typer.Option("auto", help="docker | bwrap | auto."),
-    timeout: float = typer.Option(10.0, help="Seconds before the run is killed."),
+    timeout: float = typer.Option(10.0, min=0.1, help="Seconds before the run is killed."),
     as_json: bool = typer.Option(False, "--json", help="Print the ExecResult as JSON."),
 ) -> None:
-    """Run a file in a fresh sandbox and print the ExecResult."""
-    import dataclasses
+    """Run a file in a fresh sandbox: its output, and its exit code as this command's (137: killed)."""
+    from agentrl.sandboxes.__main__ import main
 
-    from agentrl.sandboxes import run_file
+    if backend not in ("auto", "docker", "bwrap"):
+        raise typer.BadParameter(f"{backend!r} is not a backend: use auto, docker or bwrap", param_hint="--backend")
+    argv = ["run", str(file), "--backend", backend, "--timeout", str(timeout)]
+    raise typer.Exit(main([*argv, "--json"] if as_json else argv))
 
-    result = run_file(file, backend=backend, timeout=timeout)
-    record = dataclasses.asdict(result)
-    if as_json:
-        typer.echo(json.dumps(record, indent=2))
-    else:
-        typer.echo(result.stdout, nl=False)
-        if result.stderr:
-            typer.echo(result.stderr, err=True, nl=False)
-        typer.echo(
-            f"[exit_code={result.exit_code} timed_out={result.timed_out} oom_killed={result.oom_killed}]"
-        )
-    raise typer.Exit(0 if result.exit_code == 0 else 1)
+
+@sandbox_app.command("clean")
+def sandbox_clean() -> None:
+    """Remove every agentrl sandbox container on the Docker engine, those of runs still going included."""
+    from agentrl.sandboxes.__main__ import main
+
+    raise typer.Exit(main(["clean"]))
 
 
 @app.command()
@@ -320,7 +324,9 @@ def study(
         1, "--parallel", help="Runs at once (arms wait for their seed's warm-up); e.g. several on one GPU."
     ),
     reevaluate: list[str] = typer.Option(
-        [], "--reevaluate", help="KEY=VALUE (repeatable): evaluate the finished runs' models again with this "
+        [],
+        "--reevaluate",
+        help="KEY=VALUE (repeatable): evaluate the finished runs' models again with this "
         "held-out eval setting (e.g. train.eval_temperature=0.6), no training; report in out_dir/reevaluated/.",
     ),
 ) -> None:
@@ -328,8 +334,9 @@ def study(
 
     Per seed one warm-up, then every method from it on the same tasks and sample budget; finished
     runs are skipped on a re-run. Writes results.json, report.md and plots to the study's out_dir."""
-    raise typer.Exit(study_main(str(config), list(ctx.args), max_runs=max_runs, parallel=parallel,
-                                reevaluate=reevaluate))
+    raise typer.Exit(
+        study_main(str(config), list(ctx.args), max_runs=max_runs, parallel=parallel, reevaluate=reevaluate)
+    )
 
 
 @app.command("eval")

@@ -110,7 +110,8 @@ def test_cli_runs_python_shell_and_sql_files(backend, tmp_path):
         "create table t(x); insert into t values (1),(2),(3);\nselect sum(x) from t;\n"
     )
     (tmp_path / "spin.sh").write_text("while :; do :; done\n")
-    command = [sys.executable, "-m", "agentrl.sandboxes", "run", "--backend", backend]
+    # the user's command (`agentrl sandbox run`, which runs `python -m agentrl.sandboxes run`)
+    command = [str(Path(sys.executable).parent / "agentrl"), "sandbox", "run", "--backend", backend]
     hello = subprocess.run([*command, str(tmp_path / "hello.py")], capture_output=True, text=True)
     assert (hello.returncode, hello.stdout) == (4, "hello 45\n"), hello.stderr
     query = subprocess.run([*command, "--json", str(tmp_path / "query.sql")], capture_output=True, text=True)
@@ -121,7 +122,10 @@ def test_cli_runs_python_shell_and_sql_files(backend, tmp_path):
     )
     assert spin.returncode == 137 and "timed out" in spin.stderr
     missing = subprocess.run([*command, str(tmp_path / "missing.py")], capture_output=True, text=True)
-    assert missing.returncode == 2 and "error:" in missing.stderr
+    assert missing.returncode == 2 and "missing.py" in missing.stderr and "does not exist" in missing.stderr, missing.stderr
+    for bad in (["--timeout", "0"], ["--backend", "vm"]):
+        refused = subprocess.run([*command, *bad, str(tmp_path / "hello.py")], capture_output=True, text=True)
+        assert refused.returncode == 2 and bad[0] in refused.stderr and "hello" not in refused.stdout
 
 
 def test_cli_help_lists_the_commands():
