@@ -14,8 +14,9 @@
    fast bf16 kernels; on a CPU without them (AVX2 only: ~10x slower) it reads "skipped: no bf16
    on this CPU" with the probe's timings.
 3. A short quickstart run (SmolLM2-135M, search env, no warm-up; ``bf16_autocast: auto``, so the
-   probe picks the precision): training tokens/s of the PPO update and the wall-time split of a
-   step (generation+env / scoring / learner), read from the run's metrics.
+   probe picks the precision; the quickstart's trees of 16 episodes, 4 trees a step for 2 steps,
+   ``--quick`` 2 trees for 1 step, where the quickstart runs 16): training tokens/s of the PPO update
+   and the wall-time split of a step (generation+env / scoring / learner), from the run's metrics.
 """
 
 from __future__ import annotations
@@ -109,10 +110,12 @@ def train_table(quick: bool) -> dict[str, float]:
 def _train_once(out: Path, quick: bool) -> dict[str, float]:
     from agentrl.cli import train_main as main
 
-    steps = 1 if quick else 2
+    # the quickstart's own step shape (trees of 1 root + 15 branches, its learner settings), fewer trees:
+    # --quick 2 trees (32 episodes) for 1 step, else 4 trees (64 episodes) for 2 steps
+    steps, trees = (1, 2) if quick else (2, 4)
     overrides = [
         f"train.steps={steps}", "train.sft_warmup_steps=0", "train.eval_episodes=0", "train.resume=false",
-        f"train.out_dir={out}", "rollout.tasks_per_step=2", "rollout.group_size=4", "train.minibatch_size=8",
+        f"train.out_dir={out}", f"rollout.tasks_per_step={trees}",
         "algo.dynamic_sampling=false",  # no warm-up, so every group is all-zero: train on them anyway
     ]  # fmt: skip
     t0 = time.perf_counter()
@@ -123,10 +126,12 @@ def _train_once(out: Path, quick: bool) -> dict[str, float]:
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
     steps_rec = [r for r in records if "perf/step_s" in r]
     keys = ("perf/step_s", "perf/rollout_s", "perf/scoring_s", "perf/learner_s", "perf/train_tokens_per_s",
-            "perf/seq_tokens_per_s", "perf/generate_s_sum", "perf/env_s_sum", "rollout/generated_tokens")  # fmt: skip
+            "perf/seq_tokens_per_s", "perf/generate_s_sum", "perf/env_s_sum", "rollout/generated_tokens",
+            "rollout/episodes")  # fmt: skip
     mean = {k: sum(r.get(k, 0.0) for r in steps_rec) / max(len(steps_rec), 1) for k in keys}
     mean["wall_s"] = wall
     mean["steps"] = float(len(steps_rec))
+    mean["trees"] = float(trees)
     mean["bf16_autocast"] = float(
         json.loads((out / "summary.json").read_text())["precision"]["bf16_autocast"]
     )
@@ -173,7 +178,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="T=1024 and a 1-step training run")
+    parser.add_argument("--quick", action="store_true", help="T=1024 and a 1-step training run of 2 trees")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--skip-train", action="store_true", help="only the log-prob kernels")
     parser.add_argument(
@@ -209,7 +214,8 @@ def main() -> None:
         results["quickstart_step"] = perf
         step = perf["perf/step_s"] or 1.0
         precision = "bf16 autocast" if perf["bf16_autocast"] else "float32"
-        print(f"\nquickstart step (SmolLM2-135M, search env, 2 tasks x 4 samples, learner {precision} "
+        print(f"\nquickstart step (SmolLM2-135M, search env, {perf['trees']:.0f} trees of 16 = "
+              f"{perf['rollout/episodes']:.0f} episodes (the quickstart's steps: 16 trees), learner {precision} "
               f"(bf16_autocast: auto); mean of {perf['steps']:.0f} steps)")  # fmt: skip
         print(f"{'part':<28} {'seconds':>9} {'share':>7}")
         for name, key in (("rollout (generation + env)", "perf/rollout_s"), ("scoring (old/ref/IG passes)", "perf/scoring_s"),
