@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--force", action="store_true", help="rebuild even if the image exists")
     run = commands.add_parser("run", help="run FILE in a fresh sandbox and print the result")
     run.add_argument("file")
-    run.add_argument("--backend", default="auto", choices=["auto", "docker", "bwrap"])
+    run.add_argument("--backend", default="auto", help="auto, or a registered backend (docker, bwrap)")
     run.add_argument("--timeout", type=float, default=10.0)
     run.add_argument("--json", action="store_true", help="print the ExecResult as JSON")
     commands.add_parser("clean", help="remove every agentrl sandbox container on the engine")
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     args = parser.parse_args(argv)
 
-    from agentrl.errors import SandboxError
+    from agentrl.errors import ConfigError, SandboxError
 
     try:
         if args.command == "build":
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         from agentrl.sandboxes import run_file
 
         result = run_file(args.file, backend=args.backend, timeout=args.timeout)
-    except (SandboxError, OSError) as exc:
+    except (ConfigError, SandboxError, OSError) as exc:  # ConfigError: a backend the registry lacks
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
