@@ -131,7 +131,13 @@ def _train_once(out: Path, quick: bool) -> dict[str, float]:
     mean = {k: sum(r.get(k, 0.0) for r in steps_rec) / max(len(steps_rec), 1) for k in keys}
     mean["wall_s"] = wall
     mean["steps"] = float(len(steps_rec))
+    # the tree size and the quickstart's own trees a step, from its config (not written twice here)
+    from agentrl.config import load_config
+
+    rollout = load_config("configs/quickstart.yaml").rollout
     mean["trees"] = float(trees)
+    mean["tree_size"] = float(rollout.group_size * (1 + rollout.branches))
+    mean["quickstart_trees"] = float(rollout.tasks_per_step)
     mean["bf16_autocast"] = float(
         json.loads((out / "summary.json").read_text())["precision"]["bf16_autocast"]
     )
@@ -214,8 +220,9 @@ def main() -> None:
         results["quickstart_step"] = perf
         step = perf["perf/step_s"] or 1.0
         precision = "bf16 autocast" if perf["bf16_autocast"] else "float32"
-        print(f"\nquickstart step (SmolLM2-135M, search env, {perf['trees']:.0f} trees of 16 = "
-              f"{perf['rollout/episodes']:.0f} episodes (the quickstart's steps: 16 trees), learner {precision} "
+        print(f"\nquickstart step (SmolLM2-135M, search env, {perf['trees']:.0f} trees of {perf['tree_size']:.0f} = "
+              f"{perf['rollout/episodes']:.0f} episodes (the quickstart's steps: {perf['quickstart_trees']:.0f} trees), "
+              f"learner {precision} "
               f"(bf16_autocast: auto); mean of {perf['steps']:.0f} steps)")  # fmt: skip
         print(f"{'part':<28} {'seconds':>9} {'share':>7}")
         for name, key in (("rollout (generation + env)", "perf/rollout_s"), ("scoring (old/ref/IG passes)", "perf/scoring_s"),
