@@ -29,7 +29,7 @@ import torch  # noqa: E402
 from common import Row, parser, print_table, write_json  # noqa: E402
 
 from agentrl.rollout.generators.head import last_logits, packed_head_for  # noqa: E402
-from agentrl.rollout.generators.kv_cache import roomy_cache  # noqa: E402
+from agentrl.rollout.generators.kv_cache import cache_arg, roomy_cache  # noqa: E402
 from agentrl.rollout.model import load_model  # noqa: E402
 
 
@@ -42,7 +42,7 @@ def measure(model, batch: int, context: int, steps: int, bf16: bool, head=None) 
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         cache = roomy_cache(steps + 1)
         start = time.perf_counter()
-        model(input_ids=ids, attention_mask=attention, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=ids, attention_mask=attention, **{cache_arg(model): cache}, use_cache=True, logits_to_keep=1)
         prefill = time.perf_counter() - start
         position = torch.full((batch, 1), context - 1)
         start = time.perf_counter()

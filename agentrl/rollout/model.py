@@ -7,12 +7,15 @@ safetensors under :func:`agentrl.paths.cache_dir`, so later loads read plain flo
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
 import os
 import shutil
 import tempfile
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +199,16 @@ def _torch_dtype(dtype: str) -> Any:
     return getattr(torch, dtype)
 
 
+@contextlib.contextmanager
+def peft_quietly() -> Iterator[None]:
+    """Wrapping a model in PEFT without transformers 5.x's FutureWarning about the attribute PEFT reads
+    (``is_gradient_checkpointing``, renamed): PEFT's own call, nothing a user can change. Other
+    warnings pass."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        yield
+
+
 def is_peft(model: Any) -> bool:
     """True for a PEFT-wrapped model (LoRA adapters)."""
     return hasattr(model, "disable_adapter") and hasattr(model, "get_base_model")
@@ -240,7 +253,8 @@ def load_model(
             )
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, adapter)
+        with peft_quietly():
+            model = PeftModel.from_pretrained(model, adapter)
     model.to(device)
     model.eval()
     return model, load_tokenizer(name)

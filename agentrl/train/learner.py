@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from agentrl.kernels import token_logprobs_entropy
-from agentrl.rollout.model import is_peft
+from agentrl.rollout.model import is_peft, peft_quietly
 
 
 @dataclass
@@ -51,7 +51,8 @@ def add_lora(model: nn.Module, *, rank: int, alpha: int, targets: tuple[str, ...
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, bias="none")
-    return get_peft_model(model, config)
+    with peft_quietly():
+        return get_peft_model(model, config)
 
 
 class Policy(nn.Module):
@@ -132,6 +133,7 @@ class Policy(nn.Module):
         instead, or run the plain pass where the model checkpoints its layers (which drops caches).
         """
         from agentrl.kernels import prefix_attention
+        from agentrl.rollout.generators.kv_cache import cache_arg
 
         decoder = model.get_decoder()
         first = 0 if start is None else self.start_layer
@@ -156,7 +158,7 @@ class Policy(nn.Module):
             return out.last_hidden_state
         cache = _cache_from(first)
         with _layer_checkpointing(decoder, False):  # the prefix pass fills its cache
-            head = run(**feed(slice(0, 1), slice(0, prefix)), past_key_values=cache, use_cache=True)
+            head = run(**feed(slice(0, 1), slice(0, prefix)), **{cache_arg(decoder): cache}, use_cache=True)
         positions = torch.arange(prefix, length, device=input_ids.device)
         if attend:
             layers = torch.is_grad_enabled() and decoder.training and (self.checkpoint_tails or _checkpoints(decoder))
@@ -176,7 +178,7 @@ class Policy(nn.Module):
             tail = run(
                 **feed(everything, slice(prefix, None)),
                 attention_mask=attention_mask,
-                past_key_values=cache,
+                **{cache_arg(decoder): cache},
                 position_ids=positions[None, :].expand(batch, -1),
                 cache_position=positions,
                 use_cache=True,
@@ -252,7 +254,7 @@ class Policy(nn.Module):
         """
         from transformers import DynamicCache
 
-        from agentrl.rollout.generators.kv_cache import left_padded_cache
+        from agentrl.rollout.generators.kv_cache import cache_arg, left_padded_cache
 
         if not boundaries or min(boundaries) < 1 or max(boundaries) > sequence.numel():
             raise ValueError(f"boundaries must lie in [1, {sequence.numel()}], got {boundaries}")
@@ -264,7 +266,7 @@ class Policy(nn.Module):
             cache = None
             if width > 0:
                 full = DynamicCache()
-                decoder(input_ids=sequence[None, :width], past_key_values=full, use_cache=True)
+                decoder(input_ids=sequence[None, :width], **{cache_arg(decoder): full}, use_cache=True)
                 cache = left_padded_cache(  # row r: the first kept[r] positions, left-padded to `width`
                     [[(layer.keys[:, :, :n], layer.values[:, :, :n]) for layer in full.layers] for n in kept]
                 )
@@ -274,7 +276,7 @@ class Policy(nn.Module):
                 attention[row, width - n :] = 1
             positions = torch.tensor(kept, device=device)[:, None] + torch.arange(feed.shape[1], device=device)
             hidden = decoder(
-                input_ids=feed, attention_mask=attention, position_ids=positions, past_key_values=cache,
+                input_ids=feed, attention_mask=attention, position_ids=positions, **{cache_arg(decoder): cache},
                 use_cache=cache is not None,
             ).last_hidden_state[:, :-1]  # [K, S, H]: predictions of the continuation
         head = lm.get_output_embeddings()
@@ -408,7 +410,9 @@ def build_policy(model: nn.Module, config: Any) -> Policy:
     if config.train.trainable_layers > 0 and not is_peft(model):
         freeze_below(model, config.train.trainable_layers)
     if config.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # transformers 5.x renamed it (the old name warns); earlier releases have only the old one
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
         if is_peft(model):
             model.enable_input_require_grads()
     return Policy(

@@ -11,6 +11,7 @@ import torch
 from agentrl.rollout.generators.base import SamplingParams
 from agentrl.rollout.generators.hf import HFGenerator
 from agentrl.rollout.generators.hidden import SamplerHidden, returned
+from agentrl.rollout.generators.kv_cache import cache_arg
 
 
 @pytest.fixture(scope="module")
@@ -81,13 +82,13 @@ def test_states_come_out_only_while_asked_and_only_from_the_generators_thread(mo
 
     cache = DynamicCache()
     with torch.no_grad():
-        model(input_ids=torch.tensor([list(range(100, 120))]), past_key_values=cache, use_cache=True)
+        model(input_ids=torch.tensor([list(range(100, 120))]), **{cache_arg(model): cache}, use_cache=True)
     assert len(cache.layers) == 4
     # nor one in another thread while this thread generates
     with gen.tap.active():
         other = DynamicCache()
         thread = threading.Thread(
-            target=lambda: model(input_ids=torch.tensor([[1, 2, 3]]), past_key_values=other, use_cache=True)
+            target=lambda: model(input_ids=torch.tensor([[1, 2, 3]]), **{cache_arg(model): other}, use_cache=True)
         )
         thread.start()
         thread.join()

@@ -51,10 +51,13 @@ def test_agentrl_serve_lists_a_lora_adapter_under_its_folder_name(tiny, tokenize
     import openai
     from peft import LoraConfig, get_peft_model
 
+    from agentrl.rollout.model import peft_quietly
+
     model_dir, adapter_dir = tmp_path / "tiny", tmp_path / "step-000003"
     tiny.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    peft_model = get_peft_model(copy.deepcopy(tiny), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    with peft_quietly():
+        peft_model = get_peft_model(copy.deepcopy(tiny), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     peft_model.save_pretrained(adapter_dir)
     port = _free_port()
     proc = subprocess.Popen(
@@ -90,11 +93,13 @@ def test_a_served_run_model_evaluates_with_openai_and_chat_without_renaming(tiny
     from agentrl.errors import ConfigError
     from agentrl.eval.model_agent import ModelEvalConfig
     from agentrl.eval.runner import evaluate
+    from agentrl.rollout.model import peft_quietly
 
     base_dir, run_model = tmp_path / "tiny", tmp_path / "run" / "model"
     tiny.save_pretrained(base_dir)
     tokenizer.save_pretrained(base_dir)
-    peft_model = get_peft_model(copy.deepcopy(tiny), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    with peft_quietly():
+        peft_model = get_peft_model(copy.deepcopy(tiny), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     peft_model.save_pretrained(run_model)
     tokenizer.save_pretrained(run_model)
     port = _free_port()

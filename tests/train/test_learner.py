@@ -233,7 +233,10 @@ def test_shared_prefix_pass_with_the_model_checkpointing_its_layers():
     results = []
     for min_prefix in (10**9, 32):
         lm = tiny_lm(seed=4)
-        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(lm, "activation_checkpointing_enable"):  # transformers 5.x's name
+            lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         policy = Policy(lm)
         policy.train()
         policy.min_shared_prefix = min_prefix

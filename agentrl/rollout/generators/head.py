@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from agentrl.rollout.generators.kv_cache import with_cache
+
 #: config attributes that make a causal LM's logits more than ``lm_head(hidden)``
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
 
@@ -66,8 +68,10 @@ def packed_head_for(model: Any) -> PackedHead | None:
 
 
 def last_logits(model: Any, head: PackedHead | None, **inputs: Any) -> torch.Tensor:
-    """Logits ``[B, V]`` at the last position of a cached forward of ``model`` over ``inputs``."""
+    """Logits ``[B, V]`` at the last position of a cached forward of ``model`` over ``inputs``
+    (its cache given as ``past_key_values``, passed under the name the model's forward takes)."""
     if head is None or hasattr(head.head.weight, "ds_id"):  # a ZeRO-3 partition: the model's forward gathers it
-        return model(**inputs, use_cache=True, logits_to_keep=1).logits[:, -1, :]
-    hidden = model.get_decoder()(**inputs, use_cache=True).last_hidden_state[:, -1, :]  # [B, H]
+        return model(**with_cache(model, inputs), use_cache=True, logits_to_keep=1).logits[:, -1, :]
+    decoder = model.get_decoder()
+    hidden = decoder(**with_cache(decoder, inputs), use_cache=True).last_hidden_state[:, -1, :]  # [B, H]
     return head(hidden)

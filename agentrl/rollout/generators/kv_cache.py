@@ -12,12 +12,37 @@ server's continuous batching).
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
+
+
+def cache_arg(model: Any) -> str:
+    """The keyword ``model``'s forward takes its K/V cache by: ``cache`` in transformers releases that
+    renamed it (there ``past_key_values`` still works but prints a FutureWarning in the user's
+    terminal), ``past_key_values`` before (there ``cache`` would land in ``**kwargs`` unread). A PEFT
+    model is asked about the model it wraps."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return _cache_arg_of(type(base))
+
+
+@functools.cache
+def _cache_arg_of(cls: type) -> str:
+    params = inspect.signature(cls.forward).parameters
+    return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
+
+
+def with_cache(model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """``inputs`` for ``model``'s forward with a ``past_key_values`` entry under :func:`cache_arg`."""
+    if "past_key_values" not in inputs or cache_arg(model) == "past_key_values":
+        return inputs
+    inputs = dict(inputs)
+    inputs["cache"] = inputs.pop("past_key_values")
+    return inputs
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
