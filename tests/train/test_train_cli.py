@@ -43,6 +43,9 @@ def test_train_through_a_pipe_prints_every_phase_and_records_the_auto_precision(
                          "train.steps=2", "train.num_threads=1", "rollout.prefix_cache_tokens=null",
                          f"train.out_dir={out}")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # transformers 5.x's renamed arguments (kv_cache.cache_arg): no deprecation noise in the user's terminal
+    for old in ("`past_key_values` is deprecated", "`gradient_checkpointing_enable` is deprecated"):
+        assert old not in proc.stderr + proc.stdout, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
 
     def having(pattern: str) -> list[str]:
